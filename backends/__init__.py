@@ -1,0 +1,1 @@
+"""Backends behind one `Backend` interface, found by name through `backends.registry`."""

@@ -1,0 +1,194 @@
+"""The `Backend` interface every MLA backend implements, and the records it exchanges."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from conformance.dims import DEEPSEEK_R1, ModelConfig
+from conformance.metadata import CommonAttentionMetadata
+from conformance.persistent.plan import WorkPlan
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run here; `reason` says why not."""
+
+    available: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """The paged latent KV cache a builder plans for."""
+
+    block_size: int
+    dtype: torch.dtype = torch.bfloat16
+    head_size: int = 576
+
+
+@dataclass(frozen=True)
+class BuilderConfig:
+    """What a metadata builder is constructed with (vLLM's vllm_config, reduced)."""
+
+    model: ModelConfig = DEEPSEEK_R1
+    num_heads: int = 16
+    kv_cache: KVCacheSpec = KVCacheSpec(block_size=1)
+    q_dtype: torch.dtype = torch.bfloat16
+    max_num_seqs: int = 256
+    max_model_len: int = 8192
+    decode_threshold: int = 1
+    device: str = "cpu"
+    # Persistent-decode planning: planner profile and program count (None: the backend's).
+    arch: str | None = None
+    num_cus: int | None = None
+    max_split_per_batch: int = -1
+
+
+@dataclass
+class ChunkedContext:
+    """Chunks of prefill context that fit the builder's workspace."""
+
+    workspace: torch.Tensor
+    chunk_size: int
+    starts: torch.Tensor
+    """int32 [num_chunks, num_prefills]: first context token of each chunk."""
+    seq_lens: torch.Tensor
+    """int32 [num_chunks, num_prefills]: tokens of each chunk."""
+    cu_seq_lens: torch.Tensor
+    """int32 [num_chunks, num_prefills + 1]: prefix sums of `seq_lens`."""
+
+
+@dataclass
+class PrefillMetadata:
+    """The prefill rows of a batch."""
+
+    num_prefills: int
+    num_prefill_tokens: int
+    query_start_loc: torch.Tensor
+    max_query_len: int
+    seq_lens: torch.Tensor
+    context_lens_cpu: torch.Tensor
+    block_table: torch.Tensor
+    prefill_backend: Any
+    chunked_context: ChunkedContext | None = None
+
+
+@dataclass
+class DecodeMetadata:
+    """The decode rows of a batch, with the paged-KV CSR lists and the work plan."""
+
+    num_decodes: int
+    num_decode_tokens: int
+    max_query_len: int
+    max_seq_len: int
+    query_start_loc: torch.Tensor
+    query_start_loc_cpu: torch.Tensor
+    seq_lens: torch.Tensor
+    block_table: torch.Tensor
+    kv_indptr: torch.Tensor
+    """int32 [num_decodes + 1]: prefix sums of pages per request."""
+    kv_indices: torch.Tensor
+    """int32 [total pages]: physical page ids, request after request."""
+    kv_last_page_lens: torch.Tensor
+    """int32 [num_decodes]: valid tokens in each request's last page."""
+    page_size: int
+    plan: WorkPlan | None = None
+    planner_call: dict[str, Any] = field(default_factory=dict)
+    """The exact arguments given to the planner (for differential replay)."""
+
+
+@dataclass
+class MLAMetadata:
+    """What a builder's `build()` returns."""
+
+    num_reqs: int
+    num_actual_tokens: int
+    max_query_len: int
+    max_seq_len: int
+    query_start_loc: torch.Tensor
+    slot_mapping: torch.Tensor
+    num_decodes: int
+    num_decode_tokens: int
+    num_prefills: int
+    num_prefill_tokens: int
+    head_dim: int
+    decode: DecodeMetadata | None = None
+    prefill: PrefillMetadata | None = None
+
+
+class MetadataBuilder(ABC):
+    """Turns a `CommonAttentionMetadata` into backend metadata."""
+
+    @abstractmethod
+    def __init__(
+        self,
+        config: BuilderConfig,
+        layer_names: list[str],
+        static_forward_context: Mapping[str, Any],
+    ) -> None: ...
+
+    @abstractmethod
+    def build(self, cam: CommonAttentionMetadata) -> MLAMetadata:
+        """Build the metadata of one batch."""
+
+
+class Backend(ABC):
+    """One MLA backend: availability, metadata builder, planner and decode."""
+
+    name: ClassVar[str]
+    layer_protocol: ClassVar[frozenset[str]]
+    """Dotted attribute paths its builder reads from layer objects."""
+    numerics: ClassVar[str] = "fp32-reference"
+    """How its decode computes: ``fp32-reference`` or ``tensor-core`` (bf16 dot operands);
+    selects the tolerance (conformance/tolerances.py)."""
+    tiny_cases_only: ClassVar[bool] = False
+    """Run only the golden cases marked tiny (an interpreter is slow)."""
+
+    @abstractmethod
+    def availability(self) -> Availability:
+        """Whether this backend can run here, and why not."""
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device:
+        """The torch device its tensors live on."""
+
+    @abstractmethod
+    def builder_cls(self) -> type[MetadataBuilder]:
+        """The metadata builder class."""
+
+    @abstractmethod
+    def plan_archs(self) -> tuple[str, ...]:
+        """Planner profiles its builder can plan for (first: the default)."""
+
+    def default_num_cus(self) -> int:
+        """Persistent programs to plan for when the config gives none."""
+        return 8
+
+    @abstractmethod
+    def decode(
+        self,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        decode: DecodeMetadata,
+        *,
+        sm_scale: float,
+        q_scale: float = 1.0,
+        kv_scale: float = 1.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decode attention: q ``[T, H, 576]``, cache ``[blocks, page, 576]`` →
+        output ``[T, H, 512]`` bf16 and LSE ``[T, H]`` fp32."""
+
+    def make_builder(
+        self,
+        config: BuilderConfig,
+        layer_names: list[str],
+        static_forward_context: Mapping[str, Any],
+    ) -> MetadataBuilder:
+        """Construct this backend's builder."""
+        return self.builder_cls()(config, layer_names, static_forward_context)

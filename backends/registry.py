@@ -1,0 +1,67 @@
+"""Backends by name: the built-in ones, plus third-party ones from an entry-point group.
+
+A third-party package registers a backend class under the entry-point group
+``mla_conformance.backends``::
+
+    [project.entry-points."mla_conformance.backends"]
+    mybackend = "my_package.mla:MyBackend"
+
+The class implements `backends.base.Backend` and is constructed without arguments.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from importlib.metadata import entry_points
+
+from backends.base import Backend
+
+ENTRY_POINT_GROUP = "mla_conformance.backends"
+
+BUILTIN_BACKENDS: dict[str, str] = {
+    "cpu": "backends.cpu:CpuReferenceBackend",
+}
+
+
+def _load(target: str) -> type[Backend]:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+@cache
+def _third_party() -> dict[str, str]:
+    found = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in BUILTIN_BACKENDS:
+            found[ep.name] = ep.value
+    return found
+
+
+def backend_names() -> list[str]:
+    """Every known backend name: built-ins first, then third-party ones, sorted."""
+    return [*BUILTIN_BACKENDS, *sorted(_third_party())]
+
+
+@cache
+def get_backend(name: str) -> Backend:
+    """The backend called `name`; the error lists the known names."""
+    target = BUILTIN_BACKENDS.get(name) or _third_party().get(name)
+    if target is None:
+        raise KeyError(f"unknown backend {name!r}; known backends: {', '.join(backend_names())}")
+    backend = _load(target)()
+    if backend.name != name:
+        raise ValueError(
+            f"backend {target} is registered as {name!r} but names itself {backend.name!r}"
+        )
+    return backend
+
+
+def available_backends() -> list[str]:
+    """Names of the backends that can run on this machine."""
+    return [n for n in backend_names() if get_backend(n).availability().available]
+
+
+def layer_protocols() -> dict[str, frozenset[str]]:
+    """Each backend's layer protocol (the attributes its builder reads from layers)."""
+    return {n: get_backend(n).layer_protocol for n in backend_names()}

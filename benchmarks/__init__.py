@@ -1,0 +1,1 @@
+"""Kernel and planner benchmarks of the MLA Conformance Suite (``nox -s bench``)."""

@@ -1,0 +1,9 @@
+"""``python -m conformance``: the suite's command line."""
+
+from __future__ import annotations
+
+import sys
+
+from conformance.cli import main
+
+sys.exit(main())

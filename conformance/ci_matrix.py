@@ -1,0 +1,132 @@
+"""The GitHub Actions matrix of conformance jobs, built from ``nox --json -l``.
+
+``nox --json -l -t cpu gpu | python -m conformance.ci_matrix --shards cuda=4,rocm=2`` prints
+``{"include": [...]}``: one job per backend session × shard, each with its runner labels
+(``cpu``-tagged sessions on ``ubuntu-latest``, ``cuda`` on ``[self-hosted, nvidia]``, ``rocm``
+on ``[self-hosted, amd]``), the nox posargs that select its shard, and the artifact name its
+``reports/junit/`` is uploaded under. A session is a backend session when it carries one of
+the tags ``cpu``, ``gpu``, ``cuda``, ``rocm``; its backend is the ``backend`` parameter of a
+parametrized session, else the session name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from conformance.sharding import Shard, junit_name
+
+BACKEND_TAGS: frozenset[str] = frozenset({"cpu", "gpu", "cuda", "rocm"})
+RUNNERS: dict[str, list[str]] = {
+    "cuda": ["self-hosted", "nvidia"],
+    "rocm": ["self-hosted", "amd"],
+}
+DEFAULT_RUNNER = "ubuntu-latest"
+
+
+class MatrixError(ValueError):
+    """Bad nox listing or shard specification; the message names the entry."""
+
+
+def parse_shard_counts(text: str) -> dict[str, int]:
+    """``"cuda=4,rocm=2"`` → ``{"cuda": 4, "rocm": 2}``."""
+    counts: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        backend, separator, number = item.partition("=")
+        if not separator or not backend.strip() or not number.strip().isdigit():
+            raise MatrixError(f"--shards entry {item!r} is not BACKEND=N (for example cuda=4)")
+        if int(number) < 1:
+            raise MatrixError(f"--shards entry {item!r}: N must be at least 1")
+        counts[backend.strip()] = int(number)
+    return counts
+
+
+def runner_for(tags: Sequence[str]) -> str | list[str]:
+    """Runner labels for a session with ``tags``."""
+    for tag, labels in RUNNERS.items():
+        if tag in tags:
+            return list(labels)
+    return DEFAULT_RUNNER
+
+
+def _backend_sessions(sessions: Any) -> list[tuple[str, str, list[str]]]:
+    if not isinstance(sessions, list):
+        raise MatrixError("nox --json -l output is not a JSON list")
+    found = []
+    for index, entry in enumerate(sessions):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("session"), str):
+            raise MatrixError(f"nox listing entry #{index} has no 'session' string: {entry!r}")
+        tags = entry.get("tags") or []
+        if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+            raise MatrixError(f"nox session {entry['session']!r}: 'tags' is not a list of strings")
+        if not BACKEND_TAGS.intersection(tags):
+            continue
+        call_spec = entry.get("call_spec") or {}
+        backend = call_spec.get("backend") if isinstance(call_spec, Mapping) else None
+        backend = str(backend or entry.get("name") or entry["session"])
+        found.append((entry["session"], backend, list(tags)))
+    return found
+
+
+def build_matrix(sessions: Any, shard_counts: Mapping[str, int]) -> dict[str, list[dict[str, Any]]]:
+    """The ``{"include": [...]}`` matrix for ``sessions`` (parsed ``nox --json -l`` output)."""
+    backend_sessions = _backend_sessions(sessions)
+    backends = {backend for _, backend, _ in backend_sessions}
+    unknown = sorted(set(shard_counts) - backends)
+    if unknown:
+        raise MatrixError(
+            f"--shards names {unknown}, but nox lists no such backend session "
+            f"(backend sessions: {sorted(backends)})"
+        )
+    include: list[dict[str, Any]] = []
+    for session, backend, tags in backend_sessions:
+        count = shard_counts.get(backend, 1)
+        shards: list[Shard | None] = (
+            [None] if count == 1 else [Shard(index, count) for index in range(1, count + 1)]
+        )
+        for shard in shards:
+            junit = junit_name(backend, shard)
+            include.append(
+                {
+                    "name": backend if shard is None else f"{backend} {shard}",
+                    "session": session,
+                    "backend": backend,
+                    "shard": "" if shard is None else str(shard),
+                    "posargs": "" if shard is None else f"--shard {shard}",
+                    "runs_on": runner_for(tags),
+                    "junit": junit,
+                    "artifact": "junit-" + junit.removesuffix(".xml"),
+                }
+            )
+    if not include:
+        raise MatrixError("nox lists no backend session (tags cpu, gpu, cuda or rocm)")
+    return {"include": include}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Read ``nox --json -l`` on stdin, print the matrix JSON on one line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.ci_matrix",
+        description="Turn `nox --json -l` (stdin) into a GitHub Actions matrix (stdout).",
+    )
+    parser.add_argument(
+        "--shards", default="", metavar="B=N,...", help="shards per backend, e.g. cuda=4,rocm=2"
+    )
+    args = parser.parse_args(argv)
+    try:
+        sessions = json.loads(sys.stdin.read())
+        matrix = build_matrix(sessions, parse_shard_counts(args.shards))
+    except ValueError as error:  # MatrixError, and JSON that does not parse
+        print(f"ci_matrix: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(matrix, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

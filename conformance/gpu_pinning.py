@@ -1,0 +1,46 @@
+"""One GPU per pytest-xdist worker on a multi-GPU host.
+
+Each worker ``gwK`` of ``-n N`` sees exactly one device: the ``K mod len(devices)``-th of the
+devices visible to the controller (``CUDA_VISIBLE_DEVICES`` for cuda, ``HIP_VISIBLE_DEVICES``
+for rocm), or of ``0..MLA_GPU_COUNT-1`` when that variable is set, else of ``0..N-1``. The
+variable must be set before torch initialises the device runtime; the report plugin does it in
+the worker's ``pytest_configure``, before any test module is imported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+VISIBLE_DEVICES_VARIABLE: dict[str, str] = {
+    "cuda": "CUDA_VISIBLE_DEVICES",
+    "rocm": "HIP_VISIBLE_DEVICES",
+}
+GPU_COUNT_VARIABLE = "MLA_GPU_COUNT"
+_WORKER_ID = re.compile(r"^gw(\d+)$")
+
+
+def worker_number(worker_id: str) -> int | None:
+    """``"gw3"`` → 3; None for anything that is not an xdist worker id."""
+    match = _WORKER_ID.match(worker_id)
+    return None if match is None else int(match.group(1))
+
+
+def pinned_devices(
+    backend: str, environ: Mapping[str, str], *, worker_id: str, worker_count: int
+) -> dict[str, str]:
+    """The environment changes that give worker ``worker_id`` its own device.
+
+    Returns ``{}`` when nothing should change: a CPU backend, fewer than two workers, or an id
+    that is not an xdist worker's.
+    """
+    variable = VISIBLE_DEVICES_VARIABLE.get(backend)
+    number = worker_number(worker_id)
+    if variable is None or number is None or worker_count < 2:
+        return {}
+    visible = [item.strip() for item in environ.get(variable, "").split(",") if item.strip()]
+    if not visible:
+        count_text = environ.get(GPU_COUNT_VARIABLE, "")
+        count = int(count_text) if count_text.isdigit() and int(count_text) > 0 else worker_count
+        visible = [str(index) for index in range(count)]
+    return {variable: visible[number % len(visible)]}

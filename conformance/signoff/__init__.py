@@ -1,0 +1,9 @@
+"""Release sign-off: merge per-backend JUnit reports and decide the conformance verdict.
+
+Stages, one module each: `discovery` (which files), `loading` (safe parsing), `classify`
+(one outcome per test), `completeness` (missing and duplicated ids), `verdict`, `merge`
+(``reports/conformance.xml``), `report_md` / `report_json` / `report_html`, `evidence`, and
+`cli` (``python -m conformance signoff``). `engine.run_signoff` ties them together.
+
+This package imports nothing heavy at import time, so the pytest plugin can use `atomic`.
+"""

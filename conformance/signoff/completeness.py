@@ -1,0 +1,200 @@
+"""Did a backend report every test it should have run, each exactly once?
+
+The expected ids come from the sidecars (pytest's own collection, recorded by the report
+plugin) or, with ``--collect``, from a fresh ``pytest --collect-only``. A shard that crashed
+or was deleted shows up as its missing file and the ids it should have reported; an id that
+two files report is a duplicate; a run cut short (interrupted, filtered with ``-k``, never
+finished) is named with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from conformance.sharding import Shard, junit_name, parse_junit_name, shard_index_of
+from conformance.signoff.model import BackendInput, Completeness
+
+ABNORMAL_EXIT: dict[int, str] = {2: "interrupted", 3: "internal error", 4: "usage error"}
+MAX_IDS_IN_MESSAGE = 5
+
+
+def _preview(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:MAX_IDS_IN_MESSAGE])
+    more = len(ids) - MAX_IDS_IN_MESSAGE
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _sidecar_issues(
+    file_name: str, document: dict[str, Any], *, backend: str, shard: Shard | None
+) -> list[str]:
+    issues = []
+    if document.get("backend") not in (None, backend):
+        issues.append(f"{file_name}: its sidecar says backend {document.get('backend')!r}")
+    expected_shard = None if shard is None else str(shard)
+    if document.get("shard") != expected_shard:
+        issues.append(
+            f"{file_name}: its sidecar says shard {document.get('shard')!r}, "
+            f"the file name says {expected_shard!r}"
+        )
+    if document.get("finished") is False:
+        issues.append(
+            f"{file_name}: the run that started at {document.get('started')} never finished "
+            "(crashed or killed); this JUnit file is from an earlier run"
+        )
+    exitstatus = document.get("exitstatus")
+    if isinstance(exitstatus, int) and exitstatus in ABNORMAL_EXIT:
+        issues.append(
+            f"{file_name}: the run ended with pytest exit status {exitstatus} "
+            f"({ABNORMAL_EXIT[exitstatus]})"
+        )
+    filtered = document.get("filtered_out")
+    if isinstance(filtered, int) and filtered > 0:
+        issues.append(
+            f"{file_name}: {filtered} tests were deselected (-k, -m or --deselect); "
+            "a sign-off needs the full set"
+        )
+    return issues
+
+
+def check_completeness(
+    backend_input: BackendInput, *, collected: Sequence[str] | None = None
+) -> Completeness:
+    """Compare what ``backend_input`` reported with what it should have run."""
+    backend = backend_input.backend
+    issues: list[str] = []
+
+    # 1. shard layout: which files should exist
+    present: dict[str, Shard | None] = {}
+    for run in backend_input.runs:
+        present[run.path.name] = run.shard
+    for path in backend_input.broken_files:
+        present[path.name] = parse_junit_name(path.name)[1]
+    for path in backend_input.orphan_sidecars:
+        junit_file = path.name.removesuffix(".meta.json") + ".xml"
+        present[junit_file] = parse_junit_name(junit_file)[1]
+        issues.append(
+            f"{junit_file} is missing but its sidecar {path.name} exists: the run crashed "
+            "before pytest wrote its report, or the file was deleted"
+        )
+    shards = {shard for shard in present.values() if shard is not None}
+    counts = sorted({shard.count for shard in shards})
+    if shards and None in present.values():
+        issues.append(
+            f"both {junit_name(backend, None)} and sharded files are present: reports from "
+            "different runs; clear reports/junit and run again"
+        )
+    if len(counts) > 1:
+        issues.append(f"shard files split {counts} ways at once: reports from different runs")
+    for count in counts:
+        for index in range(1, count + 1):
+            name = junit_name(backend, Shard(index, count))
+            if name not in present:
+                issues.append(
+                    f"{name} is missing: shard {index}/{count} did not report "
+                    "(crashed, not run, or deleted)"
+                )
+
+    # 2. sidecars: do they describe a finished, unfiltered run of this file?
+    documents: dict[str, dict[str, Any]] = {}
+    for run in backend_input.runs:
+        if run.sidecar is None:
+            if collected is None:
+                issues.append(
+                    f"{run.path.name}: no readable sidecar "
+                    f"{run.path.name.removesuffix('.xml')}.meta.json, so which tests it should "
+                    "have run is unknown (run through the report plugin, or sign off with "
+                    "--collect)"
+                )
+            continue
+        documents[run.path.name] = run.sidecar
+        issues.extend(_sidecar_issues(run.path.name, run.sidecar, backend=backend, shard=run.shard))
+        junit_run_id = run.suite_properties.get("run_id")
+        if junit_run_id and run.sidecar.get("run_id") and junit_run_id != run.sidecar["run_id"]:
+            issues.append(
+                f"{run.path.name}: JUnit and sidecar come from different runs "
+                f"(run_id {junit_run_id} vs {run.sidecar['run_id']})"
+            )
+    for path, document in backend_input.orphan_documents.items():
+        documents[path.name.removesuffix(".meta.json") + ".xml"] = document
+
+    # 3. the ids this backend should have run
+    expected: list[str] | None
+    if collected is not None:
+        expected, source = list(collected), "collect"
+    else:
+        sets = {
+            name: tuple(document["collected_ids"])
+            for name, document in documents.items()
+            if document.get("collected_ids") is not None
+        }
+        if not sets:
+            expected, source = None, "unknown"
+        else:
+            distinct = sorted(set(sets.values()), key=len)
+            if len(distinct) > 1:
+                sizes = ", ".join(f"{name}: {len(ids)}" for name, ids in sorted(sets.items()))
+                issues.append(f"the runs collected different test sets ({sizes})")
+            expected = list(dict.fromkeys(node_id for ids in distinct for node_id in ids))
+            source = "sidecar"
+
+    # 4. what was reported, and by whom
+    reporters: dict[str, list[str]] = {}
+    for run in backend_input.runs:
+        for case in run.cases:
+            reporters.setdefault(case.node_id, []).append(run.path.name)
+    duplicates = {node_id: files for node_id, files in reporters.items() if len(files) > 1}
+    if duplicates:
+        issues.append(
+            f"{len(duplicates)} ids reported more than once: "
+            + _preview([f"{node_id} ({', '.join(files)})" for node_id, files in duplicates.items()])
+        )
+
+    # 5. missing ids, grouped by the file that should have reported them
+    missing: dict[str, list[str]] = {}
+    unexpected: list[str] = []
+    if expected is not None:
+        responsible: dict[str, str] = {}
+        for name, document in documents.items():
+            for node_id in document.get("selected_ids") or ():
+                responsible.setdefault(node_id, name)
+        count = counts[0] if len(counts) == 1 else None
+        for node_id in expected:
+            if node_id in reporters:
+                continue
+            owner = responsible.get(node_id) or junit_name(
+                backend, None if count is None else Shard(shard_index_of(node_id, count), count)
+            )
+            missing.setdefault(owner, []).append(node_id)
+        ran = {run.path.name for run in backend_input.runs}
+        broken = {path.name for path in backend_input.broken_files}
+        for owner, ids in sorted(missing.items()):
+            if owner in ran:
+                state = "present"
+            elif owner in broken:
+                state = "unreadable"
+            elif owner in present:
+                state = "never written"
+            else:
+                state = "missing"
+            issues.append(
+                f"{len(ids)} expected ids not reported; {owner} ({state}) should have "
+                f"reported them: {_preview(ids)}"
+            )
+        expected_set = set(expected)
+        unexpected = [node_id for node_id in reporters if node_id not in expected_set]
+        if unexpected:
+            issues.append(
+                f"{len(unexpected)} reported ids were not collected for {backend}: "
+                + _preview(unexpected)
+            )
+        if not expected and not reporters:
+            issues.append(f"no tests were collected for {backend}")
+    return Completeness(
+        expected_source=source,
+        expected_count=0 if expected is None else len(expected),
+        missing=missing,
+        duplicates=duplicates,
+        unexpected=unexpected,
+        issues=issues,
+    )

@@ -1,0 +1,166 @@
+"""Committed GPU evidence: the reports of a run made elsewhere, kept in the repository.
+
+Layout: ``reports/evidence/<YYYY-MM-DD>-<backend>/`` holding the JUnit file(s) of one backend
+(``cuda.xml`` or ``cuda-shard-I-of-N.xml``), their ``*.meta.json`` sidecars, and
+``versions.json`` (device, versions, where and by whom the run was made). `save_evidence`
+makes such a directory from ``reports/junit``. The sign-off uses the newest evidence of a
+backend only when this checkout has no report of its own for it, and marks it with its date
+and source.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conformance.sharding import parse_junit_name
+from conformance.signoff.atomic import atomic_write_bytes, atomic_write_text
+from conformance.signoff.discovery import SIDECAR_SUFFIX, discover
+from conformance.signoff.errors import SignoffInputError
+from conformance.signoff.loading import MAX_JUNIT_BYTES, load_json_object, load_sidecar
+from conformance.signoff.model import BackendInput
+
+EVIDENCE_DIR_PATTERN = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})-(?P<backend>[A-Za-z0-9_.]+)$")
+VERSIONS_FILE = "versions.json"
+FACT_KEYS = (
+    "device",
+    "devices",
+    "versions",
+    "torch_cuda",
+    "torch_hip",
+    "python",
+    "platform",
+    "hostname",
+    "git_commit",
+    "git_dirty",
+)
+
+
+@dataclass(frozen=True)
+class EvidenceSet:
+    """One evidence directory."""
+
+    date: str
+    backend: str
+    path: Path
+
+
+@dataclass
+class EvidenceIndex:
+    """The newest evidence per backend, and what was wrong with the evidence directory."""
+
+    newest: dict[str, EvidenceSet] = field(default_factory=dict)
+    older: list[EvidenceSet] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def find_evidence(root: Path, *, known_backends: Collection[str]) -> EvidenceIndex:
+    """Index ``<root>/<date>-<backend>/`` directories; the newest date wins per backend."""
+    index = EvidenceIndex()
+    if not root.is_dir():
+        return index
+    candidates: list[EvidenceSet] = []
+    for path in sorted(root.iterdir()):
+        if not path.is_dir():
+            continue
+        match = EVIDENCE_DIR_PATTERN.match(path.name)
+        if match is None:
+            index.warnings.append(f"{path}: not named <YYYY-MM-DD>-<backend>; ignored")
+            continue
+        try:
+            dt.date.fromisoformat(match.group("date"))
+        except ValueError:
+            index.errors.append(f"{path}: {match.group('date')!r} is not a valid date")
+            continue
+        if match.group("backend") not in known_backends:
+            index.errors.append(
+                f"{path}: evidence for unknown backend {match.group('backend')!r}; not counted"
+            )
+            continue
+        candidates.append(EvidenceSet(match.group("date"), match.group("backend"), path))
+    for evidence in sorted(candidates, key=lambda item: item.date):
+        previous = index.newest.get(evidence.backend)
+        if previous is not None:
+            index.older.append(previous)
+        index.newest[evidence.backend] = evidence
+    return index
+
+
+def load_evidence(
+    evidence: EvidenceSet, *, known_backends: Collection[str], limit: int = MAX_JUNIT_BYTES
+) -> BackendInput:
+    """The `BackendInput` of one evidence directory, marked with its date and source."""
+    found = discover(evidence.path, known_backends=known_backends, limit=limit)
+    target = found.inputs.pop(evidence.backend, None) or BackendInput(evidence.backend)
+    target.source = "evidence"
+    target.evidence_date = evidence.date
+    target.evidence_path = evidence.path
+    target.problems.extend(found.errors)
+    for other in found.inputs.values():
+        for run in other.runs:
+            target.problems.append(
+                f"{run.path}: a {other.backend} report inside {evidence.backend} evidence; "
+                "not counted"
+            )
+    if not (target.runs or target.broken_files or target.orphan_sidecars):
+        target.problems.append(f"{evidence.path}: evidence directory has no JUnit report")
+    versions = evidence.path / VERSIONS_FILE
+    if versions.exists():
+        try:
+            target.evidence_facts = load_json_object(versions)
+        except SignoffInputError as error:
+            target.problems.append(str(error))
+    else:
+        target.evidence_facts = None
+    return target
+
+
+def save_evidence(
+    junit_dir: Path, backend: str, evidence_root: Path, *, date: dt.date | None = None
+) -> Path:
+    """Copy ``backend``'s reports and sidecars from ``junit_dir`` into a new evidence directory.
+
+    Writes ``versions.json`` from the sidecars. Refuses to overwrite an existing directory.
+    """
+    day = (date or dt.date.today()).isoformat()
+    target = evidence_root / f"{day}-{backend}"
+    if target.exists():
+        raise SignoffInputError(target, "already exists; evidence is never overwritten")
+    files = []
+    for path in sorted(junit_dir.glob("*.xml")):
+        try:
+            name_backend, _ = parse_junit_name(path.name)
+        except ValueError:
+            continue
+        if name_backend == backend:
+            files.append(path)
+    if not files:
+        raise SignoffInputError(junit_dir, f"has no JUnit report of backend {backend!r}")
+    facts: dict[str, Any] = {}
+    copied = []
+    for path in files:
+        companions = [path, path.with_name(path.name.removesuffix(".xml") + SIDECAR_SUFFIX)]
+        for source in companions:
+            if source.exists():
+                atomic_write_bytes(target / source.name, source.read_bytes())
+                copied.append(source.name)
+        sidecar = companions[1]
+        if sidecar.exists() and not facts:
+            document = load_sidecar(sidecar)
+            facts = {key: document.get(key) for key in FACT_KEYS}
+    document = {
+        "backend": backend,
+        "date": day,
+        "source": f"{facts.get('hostname') or 'unknown host'} "
+        f"at commit {facts.get('git_commit') or 'unknown'}",
+        "files": copied,
+        **facts,
+    }
+    atomic_write_text(target / VERSIONS_FILE, json.dumps(document, indent=2) + "\n")
+    return target

@@ -1,0 +1,99 @@
+"""What this machine knows about backends: their names, and which of them can run here.
+
+`RegistryView` asks ``backends.registry`` inside ``try``: the sign-off must work on a checkout
+where the registry cannot be imported (no torch, a broken backend), falling back to the
+built-in names and to the backends that ran. `StaticView` answers from fixed data (tests,
+offline use).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from conformance.signoff.model import DEFAULT_BACKENDS
+
+
+class BackendView(Protocol):
+    """The questions the sign-off asks about backends."""
+
+    def registered(self) -> list[str]:
+        """Names the registry knows (empty when it cannot tell)."""
+        ...
+
+    def runnable(self) -> list[str] | None:
+        """Backends this machine can run; None when nobody can tell."""
+        ...
+
+    def unavailable_reason(self, backend: str) -> str | None:
+        """Why ``backend`` cannot run here; None when it can (or nobody can tell)."""
+        ...
+
+
+class RegistryView:
+    """Answers from ``backends.registry``."""
+
+    def registered(self) -> list[str]:
+        """The registry's backend names (empty when it cannot be imported)."""
+        try:
+            from backends.registry import backend_names
+
+            return list(backend_names())
+        except Exception:  # the registry is optional here
+            return []
+
+    def runnable(self) -> list[str] | None:
+        """``available_backends()``, or None when the registry cannot be imported."""
+        try:
+            from backends.registry import available_backends
+
+            return list(available_backends())
+        except Exception:
+            return None
+
+    def unavailable_reason(self, backend: str) -> str | None:
+        """The registry's availability reason for ``backend``."""
+        try:
+            from backends.registry import get_backend
+        except Exception as error:
+            return f"backends.registry cannot be imported ({type(error).__name__}: {error})"
+        try:
+            availability = get_backend(backend).availability()
+        except KeyError:
+            return f"no backend named {backend!r} is registered on this machine"
+        except Exception as error:
+            return f"availability check raised {type(error).__name__}: {error}"
+        if availability.available:
+            return None
+        return f"backend {backend} unavailable: {availability.reason}"
+
+
+@dataclass
+class StaticView:
+    """Fixed answers: ``runnable=None`` plays a machine whose registry cannot be imported."""
+
+    names: Sequence[str] = ()
+    runnable_names: Sequence[str] | None = None
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+    def registered(self) -> list[str]:
+        """The fixed names."""
+        return list(self.names)
+
+    def runnable(self) -> list[str] | None:
+        """The fixed runnable names (or None)."""
+        return None if self.runnable_names is None else list(self.runnable_names)
+
+    def unavailable_reason(self, backend: str) -> str | None:
+        """The fixed reason for ``backend``, if any."""
+        return self.reasons.get(backend)
+
+
+def known_backends(view: BackendView, expectations_dir: Path) -> set[str]:
+    """Built-in names, the registry's names, and every backend with an expectation file."""
+    names = set(DEFAULT_BACKENDS) | set(view.registered())
+    if expectations_dir.is_dir():
+        names.update(path.stem for path in expectations_dir.glob("*.txt"))
+    return names

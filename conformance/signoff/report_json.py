@@ -1,0 +1,149 @@
+"""``signoff.json``: the sign-off as data; the Markdown and HTML reports render this dict."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from conformance.signoff.model import (
+    DEFAULT_BACKENDS,
+    BackendResult,
+    CaseResult,
+    Outcome,
+    SignoffResult,
+)
+from conformance.signoff.verdict import outcome_counts
+
+DOCUMENT_FORMAT = "mla-signoff/1"
+MAX_IDS_LISTED = 50
+PROBLEM_OUTCOMES = (Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED, Outcome.UNAVAILABLE)
+RUN_FACTS = (
+    "run_id",
+    "started",
+    "finished_at",
+    "finished",
+    "exitstatus",
+    "device",
+    "devices",
+    "versions",
+    "torch_cuda",
+    "torch_hip",
+    "python",
+    "platform",
+    "hostname",
+    "git_commit",
+    "git_dirty",
+    "xdist_workers",
+    "available",
+    "availability_reason",
+)
+
+
+def backend_order(names: Iterable[str]) -> list[str]:
+    """The built-in backends in their usual order, then the others alphabetically."""
+    names = set(names)
+    return [name for name in DEFAULT_BACKENDS if name in names] + sorted(
+        names - set(DEFAULT_BACKENDS)
+    )
+
+
+def _case(case: CaseResult) -> dict[str, Any]:
+    return {
+        "id": case.node_id,
+        "family": case.family,
+        "outcome": case.outcome.value,
+        "message": case.message,
+        "detail": case.detail,
+        "properties": {
+            name: value
+            for name, value in case.properties.items()
+            if name not in ("nodeid", "family", "backend")
+        },
+        "source": case.source,
+    }
+
+
+def _provenance(result: BackendResult) -> list[dict[str, Any]]:
+    rows = []
+    for run in result.input.runs:
+        sidecar = run.sidecar or {}
+        rows.append(
+            {
+                "file": str(run.path),
+                "shard": None if run.shard is None else str(run.shard),
+                "suite_name": run.suite_name,
+                "sidecar": None if run.sidecar_path is None else str(run.sidecar_path),
+                **{key: sidecar.get(key) for key in RUN_FACTS if key in sidecar},
+            }
+        )
+    return rows
+
+
+def _backend(result: BackendResult) -> dict[str, Any]:
+    families: dict[str, dict[str, int]] = {}
+    for family in sorted({case.family for case in result.cases}):
+        families[family] = outcome_counts(case for case in result.cases if case.family == family)
+    completeness = result.completeness
+    backend_input = result.input
+    return {
+        "backend": result.backend,
+        "status": result.status.value,
+        "required": result.required,
+        "reason": result.reason,
+        "source": backend_input.source if backend_input.has_input else "none",
+        "evidence": None
+        if backend_input.source != "evidence"
+        else {
+            "date": backend_input.evidence_date,
+            "path": str(backend_input.evidence_path),
+            "facts": backend_input.evidence_facts,
+        },
+        "counts": outcome_counts(result.cases),
+        "families": families,
+        "issues": result.issues,
+        "warnings": result.warnings,
+        "stale_expectations": result.stale_expectations,
+        "completeness": None
+        if completeness is None
+        else {
+            "expected_source": completeness.expected_source,
+            "expected_count": completeness.expected_count,
+            "missing": {owner: len(ids) for owner, ids in completeness.missing.items()},
+            "missing_ids": {
+                owner: ids[:MAX_IDS_LISTED] for owner, ids in completeness.missing.items()
+            },
+            "duplicates": completeness.duplicates,
+            "unexpected": completeness.unexpected[:MAX_IDS_LISTED],
+        },
+        "problems": [_case(case) for case in result.cases if case.outcome in PROBLEM_OUTCOMES],
+        "xfails": [_case(case) for case in result.cases if case.outcome == Outcome.XFAIL],
+        "expected_skips": [
+            _case(case) for case in result.cases if case.outcome == Outcome.EXPECTED_SKIP
+        ],
+        "provenance": _provenance(result),
+    }
+
+
+def signoff_document(result: SignoffResult) -> dict[str, Any]:
+    """The whole sign-off as a JSON-ready dict."""
+    backends = [_backend(result.backends[name]) for name in backend_order(result.backends)]
+    return {
+        "format": DOCUMENT_FORMAT,
+        "verdict": result.verdict.value,
+        "exit_code": result.verdict.exit_code,
+        "generated_at": result.generated_at,
+        "reports_dir": str(result.reports_dir),
+        "required": result.required,
+        "required_source": result.required_source,
+        "families": sorted({family for backend in backends for family in backend["families"]}),
+        "blocking": result.blocking,
+        "errors": result.errors,
+        "warnings": result.warnings,
+        "backends": backends,
+    }
+
+
+def render_json(document: dict[str, Any]) -> str:
+    """``signoff.json`` text."""
+    return json.dumps(document, indent=2, sort_keys=False) + "\n"

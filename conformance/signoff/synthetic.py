@@ -1,0 +1,192 @@
+"""Synthetic JUnit reports and sidecars shaped like the ones pytest and the report plugin write.
+
+For the selftests (and as executable documentation of both formats): `write_backend` writes
+the files of one backend run, sharded or not, with chosen outcomes per id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+from conformance.sharding import Shard, junit_name, select_for_shard, sidecar_path
+from conformance.signoff.engine import SignoffOptions
+from conformance.signoff.machine import StaticView
+
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfail")
+
+
+@dataclass
+class SyntheticCase:
+    """One ``<testcase>``: ``outcome`` is one of `OUTCOMES`."""
+
+    node_id: str
+    outcome: str = "passed"
+    message: str = ""
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+def node_ids(family: str, count: int, *, test: str = "test_case") -> list[str]:
+    """``count`` parametrized ids of ``tests/conformance/test_<family>.py``."""
+    return [f"tests/conformance/test_{family}.py::{test}[{index}]" for index in range(count)]
+
+
+def _classname_and_name(node_id: str) -> tuple[str, str]:
+    module, separator, rest = node_id.partition("::")
+    if not separator:  # a collection error: pytest names the module, with no class
+        return "", module.removesuffix(".py").replace("/", ".")
+    parts = rest.split("::")
+    classname = ".".join([module.removesuffix(".py").replace("/", "."), *parts[:-1]])
+    return classname, parts[-1]
+
+
+def junit_xml(
+    cases: Sequence[SyntheticCase],
+    *,
+    suite_name: str = "mla-cpu",
+    suite_properties: Mapping[str, str] | None = None,
+    record_node_ids: bool = True,
+) -> str:
+    """A JUnit document in pytest's xunit2 shape."""
+    suite = ElementTree.Element(
+        "testsuite",
+        name=suite_name,
+        errors="0",
+        failures="0",
+        skipped="0",
+        tests=str(len(cases)),
+        time="0.1",
+        timestamp="2026-01-01T00:00:00+00:00",
+        hostname="synthetic",
+    )
+    if suite_properties:
+        properties = ElementTree.SubElement(suite, "properties")
+        for name, value in suite_properties.items():
+            ElementTree.SubElement(properties, "property", name=name, value=value)
+    for case in cases:
+        if case.outcome not in OUTCOMES:
+            raise ValueError(f"outcome {case.outcome!r} is not one of {OUTCOMES}")
+        classname, name = _classname_and_name(case.node_id)
+        element = ElementTree.SubElement(
+            suite, "testcase", classname=classname, name=name, time="0.001"
+        )
+        properties = dict(case.properties)
+        if record_node_ids:
+            properties.setdefault("nodeid", case.node_id)
+        if properties:
+            holder = ElementTree.SubElement(element, "properties")
+            for prop_name, value in properties.items():
+                ElementTree.SubElement(holder, "property", name=prop_name, value=str(value))
+        if case.outcome in ("failed", "error"):
+            tag = "failure" if case.outcome == "failed" else "error"
+            child = ElementTree.SubElement(element, tag, message=case.message or "boom")
+            child.text = case.message or "boom"
+        elif case.outcome == "skipped":
+            ElementTree.SubElement(element, "skipped", type="pytest.skip", message=case.message)
+        elif case.outcome == "xfail":
+            ElementTree.SubElement(element, "skipped", type="pytest.xfail", message=case.message)
+    root = ElementTree.Element("testsuites", name="pytest tests")
+    root.append(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>' + ElementTree.tostring(root, "unicode")
+
+
+def sidecar_document(
+    backend: str,
+    shard: Shard | None,
+    *,
+    collected: Sequence[str],
+    selected: Sequence[str],
+    run_id: str = "run-1",
+    **changes: Any,
+) -> dict[str, Any]:
+    """A sidecar as the report plugin writes it (override any field with ``changes``)."""
+    document: dict[str, Any] = {
+        "format": "mla-conformance-run/1",
+        "backend": backend,
+        "shard": None if shard is None else str(shard),
+        "junit": junit_name(backend, shard),
+        "run_id": run_id,
+        "started": "2026-01-01T00:00:00+00:00",
+        "finished_at": "2026-01-01T00:01:00+00:00",
+        "finished": True,
+        "exitstatus": 0,
+        "collected_ids": list(collected),
+        "selected_ids": list(selected),
+        "filtered_out": 0,
+        "available": True,
+        "availability_reason": "",
+        "device": "Synthetic CPU",
+        "versions": {"torch": "2.13.0", "triton": "3.9.0", "aiter": None},
+        "python": "3.11.7",
+        "hostname": "synthetic",
+        "git_commit": "0123456789abcdef",
+    }
+    document.update(changes)
+    return document
+
+
+def write_backend(
+    directory: Path,
+    backend: str,
+    ids: Sequence[str],
+    *,
+    shards: int | None = None,
+    outcomes: Mapping[str, str] | None = None,
+    messages: Mapping[str, str] | None = None,
+    sidecars: bool = True,
+) -> list[Path]:
+    """Write the JUnit file(s) (and sidecars) of one complete run of ``backend``.
+
+    ``outcomes`` maps ids to a non-passing outcome; ``messages`` gives their messages.
+    Returns the JUnit paths, in shard order.
+    """
+    outcomes = outcomes or {}
+    messages = messages or {}
+    directory.mkdir(parents=True, exist_ok=True)
+    layout: list[Shard | None] = (
+        [None] if shards is None else [Shard(index, shards) for index in range(1, shards + 1)]
+    )
+    written = []
+    for shard in layout:
+        selected = list(ids) if shard is None else select_for_shard(ids, shard)
+        cases = [
+            SyntheticCase(
+                node_id,
+                outcomes.get(node_id, "passed"),
+                messages.get(node_id, ""),
+                {"backend": backend, "family": node_id.split("test_", 1)[1].split(".py")[0]},
+            )
+            for node_id in selected
+        ]
+        path = directory / junit_name(backend, shard)
+        path.write_text(junit_xml(cases, suite_name=f"mla-{backend}"), encoding="utf-8")
+        if sidecars:
+            document = sidecar_document(backend, shard, collected=ids, selected=selected)
+            sidecar_path(path).write_text(json.dumps(document), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def offline_options(
+    reports_dir: Path, *, runnable: Sequence[str] | None = ("cpu",), **changes: Any
+) -> SignoffOptions:
+    """`SignoffOptions` over ``reports_dir`` that never asks the real registry.
+
+    ``runnable`` plays ``available_backends()`` (None: a registry that cannot be imported);
+    the other built-in backends are unavailable with a fixed reason.
+    """
+    reasons = {
+        name: f"backend {name} unavailable: no {name} device on this machine"
+        for name in ("cpu", "interpret", "cuda", "rocm")
+        if runnable is None or name not in runnable
+    }
+    view = StaticView(
+        names=("cpu", "interpret", "cuda", "rocm"), runnable_names=runnable, reasons=reasons
+    )
+    settings: dict[str, Any] = {"reports_dir": reports_dir, "evidence_dir": None, "backends": view}
+    settings.update(changes)
+    return SignoffOptions(**settings)

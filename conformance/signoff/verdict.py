@@ -1,0 +1,115 @@
+"""The status of each backend and the overall verdict.
+
+Backend status, first rule that applies:
+
+1. ``NOT RUN``: no report at all, or every reported test skipped as ``backend <name>
+   unavailable: <reason>`` (the reason is shown).
+2. ``FAIL``: a test failed or errored (an xfail entry's unexpected pass is a failure too).
+3. ``INCOMPLETE``: a file is unreadable or missing, ids are missing or duplicated, the run was
+   cut short, or a skip is not explained by the expectation file.
+4. ``PASS``.
+
+Verdict: ``FAIL`` if any backend failed; else ``INCOMPLETE`` if any backend is incomplete, a
+required backend did not run, or a file belongs to no known backend; else ``PASS``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+
+from conformance.expectation_files import Expectation
+from conformance.signoff.classify import classify, stale_expectations, unavailable_reason
+from conformance.signoff.completeness import check_completeness
+from conformance.signoff.model import (
+    BackendInput,
+    BackendResult,
+    CaseResult,
+    Outcome,
+    Status,
+    Verdict,
+)
+
+
+def outcome_counts(cases: Iterable[CaseResult]) -> dict[str, int]:
+    """How many cases had each outcome (every outcome present, zeros included)."""
+    counts = Counter(case.outcome for case in cases)
+    return {outcome.value: counts.get(outcome, 0) for outcome in Outcome}
+
+
+def _summary(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{number} {name}" for name, number in counts.items() if number)
+
+
+def evaluate_backend(
+    backend_input: BackendInput,
+    *,
+    required: bool,
+    expectations: Sequence[Expectation],
+    collected: Sequence[str] | None = None,
+    availability_reason: str | None = None,
+) -> BackendResult:
+    """Classify, check completeness and decide the status of one backend."""
+    backend = backend_input.backend
+    if not backend_input.has_input:
+        reason = availability_reason or "no reports found"
+        return BackendResult(
+            backend, Status.NOT_RUN, required, reason, backend_input, [], None, [], [], []
+        )
+    raw_cases = [case for run in backend_input.runs for case in run.cases]
+    cases, warnings = classify(raw_cases, backend=backend, expectations=expectations)
+    completeness = check_completeness(backend_input, collected=collected)
+    issues = [*backend_input.problems, *completeness.issues]
+    known_ids = {case.node_id for case in cases}
+    if collected is not None:
+        known_ids.update(collected)
+    for run in backend_input.runs:
+        if run.sidecar is not None:
+            known_ids.update(run.sidecar.get("collected_ids") or ())
+    stale = stale_expectations(expectations, known_ids) if known_ids else []
+    counts = outcome_counts(cases)
+    bad = counts[Outcome.FAILED.value] + counts[Outcome.ERROR.value]
+    unexplained = counts[Outcome.SKIPPED.value] + counts[Outcome.UNAVAILABLE.value]
+    if cases and counts[Outcome.UNAVAILABLE.value] == len(cases) and not backend_input.problems:
+        status = Status.NOT_RUN
+        reason = unavailable_reason(backend, cases[0].message) or "backend unavailable"
+    elif bad:
+        status, reason = Status.FAIL, _summary(counts)
+    elif issues:
+        more = f" (+{len(issues) - 1} more)" if len(issues) > 1 else ""
+        status, reason = Status.INCOMPLETE, issues[0] + more
+    elif unexplained:
+        status = Status.INCOMPLETE
+        reason = (
+            f"{unexplained} unexplained skips: fix them or list them as 'skip:' entries "
+            f"with a reason in conformance/expectations/{backend}.txt"
+        )
+    elif not cases:
+        status, reason = Status.INCOMPLETE, "the reports hold no tests"
+    else:
+        status, reason = Status.PASS, _summary(counts)
+    return BackendResult(
+        backend=backend,
+        status=status,
+        required=required,
+        reason=reason,
+        input=backend_input,
+        cases=cases,
+        completeness=completeness,
+        issues=issues,
+        warnings=warnings,
+        stale_expectations=stale,
+    )
+
+
+def overall_verdict(backends: Iterable[BackendResult], errors: Sequence[str]) -> Verdict:
+    """Combine the backend statuses and the unattributable errors into the verdict."""
+    results = list(backends)
+    if any(result.status == Status.FAIL for result in results):
+        return Verdict.FAIL
+    if errors or any(
+        result.status == Status.INCOMPLETE or (result.required and result.status != Status.PASS)
+        for result in results
+    ):
+        return Verdict.INCOMPLETE
+    return Verdict.PASS

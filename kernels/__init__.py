@@ -1,0 +1,1 @@
+"""Computations behind the backends: torch reference kernels and plan execution."""

@@ -1,0 +1,190 @@
+"""Sessions of the MLA Conformance Suite (``nox -l`` lists them).
+
+Backend sessions (`cpu`, `interpret`, `cuda`, `rocm`) run the shared conformance set and
+write ``reports/junit/<backend>[-shard-<i>-of-<n>].xml``; `signoff` merges them.
+
+Environments: CPU sessions share one virtualenv with the pinned CPU build of torch
+(no multi-GB CUDA download). GPU sessions use a virtualenv with the interpreter's own
+site packages, so the vendor torch of a CUDA or ROCm machine is used as it is; where the
+interpreter has no torch, they fall back to the CPU environment and their tests are
+reported skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2025.02.09"
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["cpu", "interpret", "cuda", "rocm", "signoff"]
+
+ROOT = Path(__file__).resolve().parent
+ENV_DIR = ROOT / ".nox"
+JUNIT_DIR = ROOT / "reports" / "junit"
+
+CPU_TORCH = "torch==2.13.0"
+TRITON = "triton==3.9.0"
+REQUIREMENTS = [
+    "numpy>=1.26",
+    "pytest>=8.0",
+    "pytest-xdist>=3.5",
+    "junitparser>=4.0",
+    "defusedxml>=0.7",
+    "safetensors>=0.4",
+]
+CPU_REQUIREMENTS = [CPU_TORCH, TRITON, *REQUIREMENTS]
+
+
+def _python(venv: Path) -> str:
+    return str(venv / "bin" / "python")
+
+
+def _ensure_venv(
+    session: nox.Session, name: str, requirements: list[str], *, system_site: bool = False
+) -> str:
+    """Create (once) and return the python of a virtualenv holding `requirements`."""
+    venv = ENV_DIR / name
+    stamp = venv / ".requirements-stamp"
+    wanted = hashlib.sha256(json.dumps([requirements, system_site]).encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == wanted:
+        return _python(venv)
+    args = [sys.executable, "-m", "venv", "--clear", str(venv)]
+    if system_site:
+        args.insert(3, "--system-site-packages")
+    session.run(*args, external=True)
+    if requirements:
+        session.run(_python(venv), "-m", "pip", "install", "-q", *requirements, external=True)
+    stamp.write_text(wanted)
+    return _python(venv)
+
+
+def _cpu_python(session: nox.Session) -> str:
+    return _ensure_venv(session, "venv-cpu", CPU_REQUIREMENTS)
+
+
+def _system_has_torch() -> str | None:
+    """The interpreter's torch version, or None when it has none."""
+    probe = "import torch; print(torch.__version__)"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def _gpu_python(session: nox.Session) -> str:
+    """A virtualenv over the interpreter's own torch (vendor build), else the CPU one."""
+    version = _system_has_torch()
+    if version is None:
+        session.log(
+            f"{sys.executable} has no torch: the GPU backend cannot run here; using the CPU "
+            f"environment ({CPU_TORCH}) so that its tests are reported skipped with the reason"
+        )
+        return _cpu_python(session)
+    session.log(f"using the interpreter's torch {version}")
+    return _ensure_venv(session, "venv-system", REQUIREMENTS, system_site=True)
+
+
+def _shard_arg(posargs: list[str]) -> str | None:
+    for i, arg in enumerate(posargs):
+        if arg == "--shard" and i + 1 < len(posargs):
+            return posargs[i + 1]
+        if arg.startswith("--shard="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _junit_path(backend: str, posargs: list[str]) -> Path:
+    from conformance.sharding import junit_name, parse_shard
+
+    shard = _shard_arg(posargs)
+    return JUNIT_DIR / junit_name(backend, parse_shard(shard) if shard else None)
+
+
+def _conformance(session: nox.Session, backend: str, python: str, **env: str) -> None:
+    """Run the shared conformance set for `backend` and write its JUnit file."""
+    sys.path.insert(0, str(ROOT))
+    junit = _junit_path(backend, session.posargs)
+    junit.parent.mkdir(parents=True, exist_ok=True)
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "tests/conformance",
+        f"--backend={backend}",
+        f"--junitxml={junit}",
+        "-o",
+        f"junit_suite_name=mla-{backend}",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
+        external=True,
+        env={"MLA_CONFORMANCE_BACKEND": backend, **env},
+        success_codes=[0, 5],
+    )
+    session.log(f"JUnit report: {junit.relative_to(ROOT)}")
+
+
+@nox.session(tags=["cpu"])
+def cpu(session: nox.Session) -> None:
+    """Conformance run of the CPU reference backend."""
+    _conformance(session, "cpu", _cpu_python(session))
+
+
+@nox.session(tags=["cpu"])
+def interpret(session: nox.Session) -> None:
+    """Conformance run of the Triton kernels under TRITON_INTERPRET=1 on the CPU."""
+    _conformance(session, "interpret", _cpu_python(session), TRITON_INTERPRET="1")
+
+
+@nox.session(tags=["gpu", "cuda"])
+def cuda(session: nox.Session) -> None:
+    """Conformance run of the Triton CUDA backend (skipped with the reason without a GPU)."""
+    _conformance(session, "cuda", _gpu_python(session))
+
+
+@nox.session(tags=["gpu", "rocm"])
+def rocm(session: nox.Session) -> None:
+    """Conformance run of the AMD AITER backend (skipped with the reason without ROCm)."""
+    _conformance(session, "rocm", _gpu_python(session), AITER_MLA_DECODE_PERSISTENT_MAX_BATCH="0")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The suite's own tests (tests/selftest) and the CPU backends' conformance runs."""
+    python = _cpu_python(session)
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "tests/selftest",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
+        external=True,
+    )
+    _conformance(session, "cpu", python)
+    _conformance(session, "interpret", python, TRITON_INTERPRET="1")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Ruff lint and format check."""
+    python = _ensure_venv(session, "venv-lint", ["ruff>=0.6"])
+    session.run(python, "-m", "ruff", "check", ".", external=True)
+    session.run(python, "-m", "ruff", "format", "--check", ".", external=True)
+
+
+@nox.session(default=True)
+def signoff(session: nox.Session) -> None:
+    """Sign off the JUnit reports: reports/signoff.{md,json,html}; exit code = verdict.
+
+    Runs last in a plain `nox`, signing off what this machine ran. Release sign-off:
+    `nox -s signoff -- --release`. Options: `python -m conformance signoff --help`.
+    """
+    python = _cpu_python(session)
+    session.run(python, "-m", "conformance", "signoff", *session.posargs, external=True)

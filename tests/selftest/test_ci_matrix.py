@@ -1,0 +1,167 @@
+"""The CI matrix built from `nox --json -l`, and the workflow that relies on it."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conformance import ci_matrix
+from conformance.ci_matrix import MatrixError, build_matrix, parse_shard_counts
+
+WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "conformance.yml"
+
+# `nox --json -l -t cpu gpu` on this repository's noxfile (nox 2026.10.20), plus a
+# parametrized session as a third-party backend would add one.
+NOX_LISTING = [
+    {"session": "cpu", "name": "cpu", "description": "CPU", "python": None,
+     "tags": ["cpu"], "call_spec": {}},
+    {"session": "interpret", "name": "interpret", "description": "Triton interpreter",
+     "python": None, "tags": ["cpu"], "call_spec": {}},
+    {"session": "cuda", "name": "cuda", "description": "CUDA", "python": None,
+     "tags": ["gpu", "cuda"], "call_spec": {}},
+    {"session": "rocm", "name": "rocm", "description": "ROCm", "python": None,
+     "tags": ["gpu", "rocm"], "call_spec": {}},
+    {"session": "conformance(flashmla)", "name": "conformance", "description": "3rd party",
+     "python": None, "tags": ["gpu", "cuda"], "call_spec": {"backend": "flashmla"}},
+    {"session": "signoff", "name": "signoff", "description": "sign-off", "python": None,
+     "tags": [], "call_spec": {}},
+]  # fmt: skip
+
+
+def jobs(shards: str = "cuda=4,rocm=2") -> list[dict]:
+    return build_matrix(NOX_LISTING, parse_shard_counts(shards))["include"]
+
+
+def test_one_job_per_backend_and_shard() -> None:
+    names = [job["name"] for job in jobs()]
+    assert names == [
+        "cpu",
+        "interpret",
+        "cuda 1/4",
+        "cuda 2/4",
+        "cuda 3/4",
+        "cuda 4/4",
+        "rocm 1/2",
+        "rocm 2/2",
+        "flashmla",
+    ]
+
+
+def test_jobs_run_on_the_right_runners() -> None:
+    runners = {job["backend"]: job["runs_on"] for job in jobs()}
+    assert runners == {
+        "cpu": "ubuntu-latest",
+        "interpret": "ubuntu-latest",
+        "cuda": ["self-hosted", "nvidia"],
+        "rocm": ["self-hosted", "amd"],
+        "flashmla": ["self-hosted", "nvidia"],
+    }
+
+
+def test_shard_jobs_pass_the_shard_and_name_their_artifacts() -> None:
+    cuda = [job for job in jobs() if job["backend"] == "cuda"]
+    assert [job["posargs"] for job in cuda] == [f"--shard {i}/4" for i in range(1, 5)]
+    assert [job["junit"] for job in cuda] == [f"cuda-shard-{i}-of-4.xml" for i in range(1, 5)]
+    artifacts = [job["artifact"] for job in jobs()]
+    assert len(set(artifacts)) == len(artifacts), "every job uploads under its own name"
+    assert all(name.startswith("junit-") for name in artifacts)
+    (cpu,) = [job for job in jobs() if job["backend"] == "cpu"]
+    assert (cpu["posargs"], cpu["shard"], cpu["junit"]) == ("", "", "cpu.xml")
+
+
+def test_parametrized_sessions_keep_their_session_name() -> None:
+    (job,) = [job for job in jobs() if job["backend"] == "flashmla"]
+    assert job["session"] == "conformance(flashmla)"
+
+
+def test_untagged_sessions_are_left_out() -> None:
+    assert "signoff" not in {job["session"] for job in jobs()}
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("cuda", "not BACKEND=N"), ("cuda=x", "not BACKEND=N"), ("cuda=0", "at least 1")],
+)
+def test_bad_shard_counts_are_rejected(text: str, fragment: str) -> None:
+    with pytest.raises(MatrixError, match=fragment):
+        parse_shard_counts(text)
+
+
+def test_shards_for_a_backend_nox_does_not_list_are_rejected() -> None:
+    with pytest.raises(MatrixError, match=r"names \['metal'\]"):
+        build_matrix(NOX_LISTING, {"metal": 2})
+
+
+@pytest.mark.parametrize(
+    ("listing", "fragment"),
+    [
+        ({"session": "cpu"}, "not a JSON list"),
+        ([{"name": "cpu"}], "has no 'session' string"),
+        ([{"session": "cpu", "tags": "cpu"}], "'tags' is not a list"),
+        ([{"session": "lint", "tags": []}], "no backend session"),
+    ],
+)
+def test_bad_listings_are_rejected(listing: object, fragment: str) -> None:
+    with pytest.raises(MatrixError, match=fragment):
+        build_matrix(listing, {})
+
+
+def test_command_line_reads_stdin_and_prints_compact_json(monkeypatch, capsys) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(NOX_LISTING)))
+    assert ci_matrix.main(["--shards", "cuda=2"]) == 0
+    out = capsys.readouterr().out
+    assert "\n" not in out.strip(), "one line, for $GITHUB_OUTPUT"
+    assert [job["name"] for job in json.loads(out)["include"]][2:4] == ["cuda 1/2", "cuda 2/2"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("not json"))
+    assert ci_matrix.main([]) == 2
+    assert "ci_matrix:" in capsys.readouterr().err
+
+
+# --- the workflow contract (it cannot run here, so its text is checked) -----------------------
+
+
+@pytest.fixture(scope="module")
+def workflow() -> str:
+    return WORKFLOW.read_text(encoding="utf-8")
+
+
+def test_workflow_builds_its_matrix_from_nox(workflow: str) -> None:
+    assert "nox --json -l -t cpu gpu" in workflow
+    assert 'python -m conformance.ci_matrix --shards "$SHARDS"' in workflow
+    assert "matrix: ${{ fromJson(needs.plan.outputs.matrix) }}" in workflow
+    shards = re.search(r"^  SHARDS: (\S+)$", workflow, re.MULTILINE)
+    assert shards is not None
+    parse_shard_counts(shards.group(1))  # a value the generator accepts
+
+
+def test_workflow_jobs_run_each_shard_and_upload_its_reports(workflow: str) -> None:
+    assert "runs-on: ${{ matrix.runs_on }}" in workflow
+    assert 'nox -s "${{ matrix.session }}" -- ${{ matrix.posargs }}' in workflow
+    assert "name: ${{ matrix.artifact }}" in workflow
+    assert "path: reports/junit/" in workflow
+    assert "fail-fast: false" in workflow
+
+
+def test_workflow_ends_with_a_release_sign_off_of_every_artifact(workflow: str) -> None:
+    signoff = workflow[workflow.index("\n  signoff:") :]
+    assert "needs: conformance" in signoff
+    assert "if: ${{ always() }}" in signoff, "a failed shard must still be signed off"
+    assert "pattern: junit-*" in signoff and "merge-multiple: true" in signoff
+    assert "nox -s signoff -- --release" in signoff
+
+
+def test_workflow_never_hides_a_failure(workflow: str) -> None:
+    assert "|| true" not in workflow
+    assert "continue-on-error" not in workflow
+
+
+def test_workflow_is_plain_yaml_without_tabs(workflow: str) -> None:
+    assert "\t" not in workflow
+    top_level = re.findall(r"^([a-z_-]+):", workflow, re.MULTILINE)
+    assert top_level == ["name", "on", "permissions", "env", "jobs"]
+    jobs_found = re.findall(r"^  ([a-z_-]+):$", workflow[workflow.index("\njobs:") :], re.MULTILINE)
+    assert jobs_found == ["plan", "conformance", "signoff"]

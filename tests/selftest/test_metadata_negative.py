@@ -1,0 +1,86 @@
+"""Negative controls of family A: broken factories, builders and transformations.
+
+Each runs the real family-A module (tests/conformance/test_metadata.py) in-process with
+one deliberately broken piece and requires the run to fail, naming the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from backends import registry
+from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
+from backends.base import MetadataBuilder, PrefillMetadata
+from conformance import batch, transforms
+from conformance.metadata import CommonAttentionMetadata
+
+FAMILY_A = Path(__file__).resolve().parents[1] / "conformance" / "test_metadata.py"
+
+
+def run_family_a(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """Run family A in-process against the current (patched) implementation."""
+    return pytester.runpytest_inprocess(str(FAMILY_A), "-p", "no:cacheprovider", *args)
+
+
+def test_factory_dropping_the_upper_bound_fails_family_a(pytester, monkeypatch):
+    real = batch.make_cam
+
+    def drops_upper_bound(*args, **kwargs) -> CommonAttentionMetadata:
+        return real(*args, **kwargs).replace(seq_lens_cpu_upper_bound=None)
+
+    monkeypatch.setattr(batch, "make_cam", drops_upper_bound)
+    result = run_family_a(pytester, "-k", "accepts_factory_output and prefill")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) > 0, outcomes
+    result.stdout.fnmatch_lines(["*seq_lens_cpu_upper_bound*"])
+
+
+class IgnoresUpperBoundBuilder(CpuReferenceBuilder):
+    """Computes prefill context from seq_lens and never looks at the upper bound."""
+
+    def build(self, cam: CommonAttentionMetadata):
+        return super().build(cam.replace(seq_lens_cpu_upper_bound=cam.seq_lens.cpu().clone()))
+
+    def _build_prefill(self, cam: CommonAttentionMetadata) -> PrefillMetadata:
+        return super()._build_prefill(cam.replace(seq_lens_cpu_upper_bound=cam.seq_lens.cpu()))
+
+
+class IgnoresUpperBoundBackend(CpuReferenceBackend):
+    name: ClassVar[str] = "ignores-upper-bound"
+
+    def builder_cls(self) -> type[MetadataBuilder]:
+        return IgnoresUpperBoundBuilder
+
+
+def test_builder_ignoring_the_upper_bound_fails_family_a(pytester, monkeypatch):
+    broken = IgnoresUpperBoundBackend()
+    real = registry.get_backend
+    monkeypatch.setattr(
+        registry, "get_backend", lambda name: broken if name == broken.name else real(name)
+    )
+    result = run_family_a(pytester, "--backend", broken.name, "-k", "upper_bound or missing_field")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) >= 2, outcomes
+    result.stdout.fnmatch_lines(
+        [
+            "FAILED *test_missing_field_names_itself[[]seq_lens_cpu_upper_bound[]]*",
+            "FAILED *test_builder_rejects_upper_bound_below_seq_lens*",
+        ],
+        consecutive=False,
+    )
+
+
+def test_transformation_losing_a_field_fails_family_a(pytester, monkeypatch):
+    real = transforms.slice_requests
+
+    def loses_positions(*args, **kwargs) -> CommonAttentionMetadata:
+        return real(*args, **kwargs).replace(positions=None)
+
+    monkeypatch.setattr(transforms, "slice_requests", loses_positions)
+    result = run_family_a(pytester, "-k", "optional_field_survives")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 4, outcomes  # every transform but `replace`
+    result.stdout.fnmatch_lines(["*dropped 'positions'*"])

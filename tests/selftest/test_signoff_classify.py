@@ -1,0 +1,233 @@
+"""Classification: xfail vs skip, explained vs unexplained skips, unavailable backends, failures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance.signoff.engine import run_signoff
+from conformance.signoff.loading import family_of_node_id, node_id_from_junit
+from conformance.signoff.model import Outcome, Status, Verdict
+from conformance.signoff.synthetic import (
+    SyntheticCase,
+    junit_xml,
+    node_ids,
+    offline_options,
+    sidecar_document,
+    write_backend,
+)
+
+IDS = node_ids("metadata", 6) + node_ids("persistent", 4)
+FIRST, SECOND = IDS[0], IDS[7]
+
+
+@pytest.fixture
+def expectations(tmp_path: Path) -> Path:
+    directory = tmp_path / "expectations"
+    directory.mkdir()
+    return directory
+
+
+def sign(tmp_path: Path, expectations: Path, **changes):
+    options = offline_options(
+        tmp_path / "reports", write=False, expectations_dir=expectations, **changes
+    )
+    return run_signoff(options)
+
+
+def outcome_of(result, node_id: str, backend: str = "cpu") -> Outcome:
+    (case,) = [case for case in result.backends[backend].cases if case.node_id == node_id]
+    return case.outcome
+
+
+def write(tmp_path: Path, backend: str = "cpu", **kwargs) -> None:
+    write_backend(tmp_path / "reports" / "junit", backend, IDS, **kwargs)
+
+
+def test_xfail_is_counted_apart_from_skips_and_passes(tmp_path: Path, expectations) -> None:
+    write(tmp_path, outcomes={FIRST: "xfail"}, messages={FIRST: "known defect"})
+    xml = (tmp_path / "reports" / "junit" / "cpu.xml").read_text()
+    assert '<skipped type="pytest.xfail" message="known defect"' in xml
+    result = sign(tmp_path, expectations)
+    assert outcome_of(result, FIRST) == Outcome.XFAIL
+    assert result.backends["cpu"].status == Status.PASS
+    assert result.verdict == Verdict.PASS
+
+
+def test_an_unexplained_skip_blocks_the_pass(tmp_path: Path, expectations) -> None:
+    write(tmp_path, outcomes={FIRST: "skipped"}, messages={FIRST: "no fp8 here"})
+    result = sign(tmp_path, expectations)
+    assert outcome_of(result, FIRST) == Outcome.SKIPPED
+    cpu = result.backends["cpu"]
+    assert cpu.status == Status.INCOMPLETE
+    assert "1 unexplained skips" in cpu.reason
+    assert "conformance/expectations/cpu.txt" in cpu.reason
+    assert result.verdict == Verdict.INCOMPLETE
+
+
+def test_a_skip_listed_in_the_expectation_file_is_explained(tmp_path: Path, expectations) -> None:
+    (expectations / "cpu.txt").write_text(f"skip: {FIRST}  # hangs on this CPU\n")
+    write(tmp_path, outcomes={FIRST: "skipped"}, messages={FIRST: "something"})
+    result = sign(tmp_path, expectations)
+    assert outcome_of(result, FIRST) == Outcome.EXPECTED_SKIP
+    assert result.verdict == Verdict.PASS
+
+
+def test_a_skip_marked_by_the_plugin_is_explained(tmp_path: Path, expectations) -> None:
+    message = "expected skip (cpu.txt:4): hangs"
+    write(tmp_path, outcomes={FIRST: "skipped"}, messages={FIRST: message})
+    result = sign(tmp_path, expectations)
+    assert outcome_of(result, FIRST) == Outcome.EXPECTED_SKIP
+    assert result.verdict == Verdict.PASS
+
+
+def test_an_unavailable_backend_is_not_run_with_its_reason(tmp_path: Path, expectations) -> None:
+    reason = "backend cuda unavailable: torch.cuda.is_available() is False"
+    write(
+        tmp_path,
+        backend="cuda",
+        outcomes={node_id: "skipped" for node_id in IDS},
+        messages={node_id: reason for node_id in IDS},
+    )
+    write(tmp_path)
+    result = sign(tmp_path, expectations)
+    cuda = result.backends["cuda"]
+    assert cuda.status == Status.NOT_RUN
+    assert cuda.reason == "torch.cuda.is_available() is False"
+    assert result.verdict == Verdict.PASS, "cuda is not required on this machine"
+    required = sign(tmp_path, expectations, require=["cpu", "cuda"])
+    assert required.verdict == Verdict.INCOMPLETE
+    assert "cuda: required but not run: torch.cuda.is_available() is False" in required.blocking
+
+
+def test_a_partly_unavailable_backend_is_suspicious(tmp_path: Path, expectations) -> None:
+    reason = "backend cpu unavailable: flaky probe"
+    write(tmp_path, outcomes={FIRST: "skipped"}, messages={FIRST: reason})
+    result = sign(tmp_path, expectations)
+    assert outcome_of(result, FIRST) == Outcome.UNAVAILABLE
+    assert result.backends["cpu"].status == Status.INCOMPLETE
+
+
+@pytest.mark.parametrize("outcome", ["failed", "error"])
+def test_failures_and_errors_fail_and_outrank_incompleteness(
+    tmp_path: Path, expectations, outcome: str
+) -> None:
+    write(
+        tmp_path,
+        outcomes={FIRST: outcome, SECOND: "skipped"},
+        messages={FIRST: "max_abs_err 0.3 > atol 0.013"},
+    )
+    result = sign(tmp_path, expectations)
+    cpu = result.backends["cpu"]
+    assert cpu.status == Status.FAIL
+    assert result.verdict == Verdict.FAIL
+    assert result.verdict.exit_code == 1
+    (case,) = [case for case in cpu.cases if case.node_id == FIRST]
+    assert case.message == "max_abs_err 0.3 > atol 0.013"
+
+
+def test_a_listed_failure_counts_as_xfail_at_sign_off(tmp_path: Path, expectations) -> None:
+    (expectations / "cpu.txt").write_text(f"{FIRST}  # planner ignores kv dtype (#46997)\n")
+    write(tmp_path, outcomes={FIRST: "failed"})
+    result = sign(tmp_path, expectations)
+    assert outcome_of(result, FIRST) == Outcome.XFAIL
+    assert result.verdict == Verdict.PASS
+
+
+def test_a_strict_xpass_stays_a_failure(tmp_path: Path, expectations) -> None:
+    (expectations / "cpu.txt").write_text(f"{FIRST}  # was broken\n")
+    message = "[XPASS(strict)] expected failure (cpu.txt:1): was broken"
+    write(tmp_path, outcomes={FIRST: "failed"}, messages={FIRST: message})
+    result = sign(tmp_path, expectations)
+    assert outcome_of(result, FIRST) == Outcome.FAILED
+    assert result.verdict == Verdict.FAIL
+
+
+def test_a_listed_test_that_passes_is_warned(tmp_path: Path, expectations) -> None:
+    (expectations / "cpu.txt").write_text(f"{FIRST}  # was broken\n")
+    write(tmp_path)
+    cpu = sign(tmp_path, expectations).backends["cpu"]
+    assert any(FIRST in w and "expects it to fail; remove the entry" in w for w in cpu.warnings)
+
+
+def test_stale_expectations_are_listed(tmp_path: Path, expectations) -> None:
+    (expectations / "cpu.txt").write_text("# x\ntests/conformance/test_gone.py  # renamed\n")
+    write(tmp_path)
+    result = sign(tmp_path, expectations)
+    assert result.backends["cpu"].stale_expectations == [
+        "cpu.txt:2: tests/conformance/test_gone.py"
+    ]
+    assert result.verdict == Verdict.PASS, "stale entries warn, they do not block"
+
+
+def test_a_malformed_expectation_file_blocks_the_pass(tmp_path: Path, expectations) -> None:
+    (expectations / "cpu.txt").write_text(f"{FIRST}\n")
+    write(tmp_path)
+    result = sign(tmp_path, expectations)
+    assert result.verdict == Verdict.INCOMPLETE
+    assert any("cpu.txt:1: entry" in error and "has no reason" in error for error in result.errors)
+
+
+def test_a_teardown_error_on_a_failed_test_is_one_case(tmp_path: Path, expectations) -> None:
+    """pytest writes the teardown error as a second <testcase> of the same id."""
+    junit = tmp_path / "reports" / "junit"
+    junit.mkdir(parents=True)
+    cases = [SyntheticCase(node_id) for node_id in IDS[1:]]
+    cases += [SyntheticCase(FIRST, "failed", "assert 0"), SyntheticCase(FIRST, "error", "td")]
+    (junit / "cpu.xml").write_text(junit_xml(cases))
+    document = sidecar_document("cpu", None, collected=IDS, selected=IDS)
+    (junit / "cpu.meta.json").write_text(json.dumps(document))
+    result = sign(tmp_path, expectations)
+    cpu = result.backends["cpu"]
+    assert cpu.completeness.duplicates == {}
+    assert len(cpu.cases) == len(IDS)
+    (case,) = [case for case in cpu.cases if case.node_id == FIRST]
+    assert case.outcome == Outcome.ERROR
+    assert "assert 0" in case.message and "td" in case.message
+
+
+def test_ids_are_rebuilt_when_the_nodeid_property_is_absent(tmp_path: Path, expectations) -> None:
+    junit = tmp_path / "reports" / "junit"
+    junit.mkdir(parents=True)
+    cases = [SyntheticCase(node_id) for node_id in IDS]
+    (junit / "cpu.xml").write_text(junit_xml(cases, record_node_ids=False))
+    document = sidecar_document("cpu", None, collected=IDS, selected=IDS)
+    (junit / "cpu.meta.json").write_text(json.dumps(document))
+    result = sign(tmp_path, expectations)
+    assert result.verdict == Verdict.PASS
+    families = {case.family for case in result.backends["cpu"].cases}
+    assert families == {"metadata", "persistent"}
+
+
+@pytest.mark.parametrize(
+    ("classname", "name", "node_id"),
+    [
+        (
+            "tests.conformance.test_stubs",
+            "test_a[x-1]",
+            "tests/conformance/test_stubs.py::test_a[x-1]",
+        ),
+        (
+            "tests.conformance.test_stubs.TestB",
+            "test_c",
+            "tests/conformance/test_stubs.py::TestB::test_c",
+        ),
+        ("", "tests.conformance.test_stubs", "tests.conformance.test_stubs"),
+    ],
+)
+def test_node_id_from_junit(classname: str, name: str, node_id: str) -> None:
+    assert node_id_from_junit(classname, name) == node_id
+
+
+@pytest.mark.parametrize(
+    ("node_id", "family"),
+    [
+        ("tests/conformance/test_persistent.py::test_plan[a]", "persistent"),
+        ("tests/conformance/test_stubs.py", "stubs"),
+        ("tests.conformance.test_stubs", "other"),
+    ],
+)
+def test_family_is_the_module_name_minus_test(node_id: str, family: str) -> None:
+    assert family_of_node_id(node_id) == family

@@ -1,0 +1,334 @@
+"""Negative controls of family B: incomplete stubs, a builder that reads more, stand-ins.
+
+Each control is a deliberately broken stub, builder or declaration that the stub checks
+(dynamic, recorded and static) must reject, naming the attribute. The stubs below are
+broken on purpose; their lines carry ``conformance-audit: ignore`` so that family B's
+audit of tests/ does not report them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import tracemalloc
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import pytest
+import torch
+
+from backends import registry
+from backends.base import BuilderConfig, KVCacheSpec, MetadataBuilder
+from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
+from conformance import batch
+from conformance.audit import LayerProtocol, run_audit
+from conformance.cli import main as conformance_main
+from conformance.dims import DEEPSEEK_R1, get_mla_dims
+from conformance.errors import StubIncompleteError
+from conformance.layers import MLA_BUILDER_LAYER_PROTOCOL, AttentionImpl, MLAAttentionLayer
+from conformance.metadata import CommonAttentionMetadata
+from conformance.recorder import site_of
+from conformance.stubs import (
+    compare_layer_protocol,
+    record_builder_reads,
+    require_complete_context,
+    require_complete_stub,
+    stub_problems,
+)
+
+FAMILY_B = Path(__file__).resolve().parents[1] / "conformance" / "test_stubs.py"
+THIS_FILE = Path(__file__).name
+LAYER = "placeholder"
+CONFIG = BuilderConfig(kv_cache=KVCacheSpec(block_size=16), max_model_len=4096, max_num_seqs=64)
+
+
+def run_family_b(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """Run family B in-process against the current (patched) implementation."""
+    return pytester.runpytest_inprocess(str(FAMILY_B), "-p", "no:cacheprovider", *args)
+
+
+def mixed_batch() -> CommonAttentionMetadata:
+    """Two decodes and two prefills with context."""
+    return batch.make_cam(batch.BATCH_SPECS["mixed_small"], block_size=16)
+
+
+def cpu_builder(builder_cls: type[MetadataBuilder] = CpuReferenceBuilder):
+    """``context -> builder`` for `builder_cls` over the layer called `LAYER`."""
+    return lambda context: builder_cls(CONFIG, [LAYER], context)
+
+
+@pytest.fixture
+def traced_allocations() -> Iterator[None]:
+    """Trace allocations, so stubs no factory made still say where they were built."""
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    yield
+    if started:
+        tracemalloc.stop()
+
+
+# ---------------------------------------------------------------------------- #52139
+
+
+def context_52139(*, with_q_lora_rank: bool) -> tuple[dict[str, Any], int]:
+    """vLLM #52139's stub: a `SimpleNamespace` with a tensor for the prefill backend.
+
+    Before the fix it lacked the five dims; here it lacks only `q_lora_rank` (or, fixed,
+    nothing). Returns the context and the line the stub was built on.
+    """
+    dims = get_mla_dims(DEEPSEEK_R1)
+    extra = {"q_lora_rank": dims.q_lora_rank} if with_q_lora_rank else {}
+    static_forward_context: dict[str, Any] = {}
+    line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+    static_forward_context[LAYER] = (
+        SimpleNamespace(  # conformance-audit: ignore[STUB001,STUB002,STUB003]
+            prefill_backend=torch.empty((1,)),
+            kv_lora_rank=dims.kv_lora_rank,
+            qk_nope_head_dim=dims.qk_nope_head_dim,
+            qk_rope_head_dim=dims.qk_rope_head_dim,
+            v_head_dim=dims.v_head_dim,
+            **extra,
+        )
+    )
+    return static_forward_context, line
+
+
+def test_52139_stub_fails_the_dynamic_check_naming_q_lora_rank(traced_allocations):
+    context, line = context_52139(with_q_lora_rank=False)
+    with pytest.raises(StubIncompleteError) as exc:
+        require_complete_context(context, MLA_BUILDER_LAYER_PROTOCOL)
+    assert exc.value.path == "q_lora_rank"
+    message = str(exc.value)
+    assert "'q_lora_rank'" in message
+    assert f"SimpleNamespace {LAYER!r}" in message
+    built = re.search(rf"stub built at \S*{THIS_FILE}:(\d+)\)", message)
+    assert built is not None, message
+    assert line <= int(built.group(1)) <= line + 7, message  # within the SimpleNamespace call
+    kinds = {p.path: p.kind for p in stub_problems(context[LAYER], MLA_BUILDER_LAYER_PROTOCOL)}
+    assert kinds == {
+        "q_lora_rank": "missing",
+        "prefill_backend.clone": "accidental",
+        "<class>": "class",
+    }
+
+
+def test_52139_stub_fails_the_real_builder_under_recording():
+    context, _ = context_52139(with_q_lora_rank=False)
+    with pytest.raises(StubIncompleteError, match="'q_lora_rank'") as exc:
+        record_builder_reads(cpu_builder(), context[LAYER], [mixed_batch()], layer_name=LAYER)
+    assert exc.value.path == "q_lora_rank"
+    assert f"SimpleNamespace {LAYER!r}" in str(exc.value)
+
+
+def test_52139_fix_is_still_flagged_for_its_accidental_prefill_backend():
+    context, _ = context_52139(with_q_lora_rank=True)
+    problems = stub_problems(context[LAYER], MLA_BUILDER_LAYER_PROTOCOL)
+    assert [(p.path, p.kind) for p in problems] == [
+        ("prefill_backend.clone", "accidental"),
+        ("<class>", "class"),
+    ]
+    with pytest.raises(StubIncompleteError, match=r"torch\.Tensor") as exc:
+        require_complete_stub(context[LAYER], MLA_BUILDER_LAYER_PROTOCOL, name=LAYER)
+    assert exc.value.path == "prefill_backend.clone"
+    assert "not an AttentionLayerBase subclass" in str(exc.value)
+
+
+SOURCE_52139 = """\
+import types
+
+import torch
+
+
+def _build_decode_metadata(vllm_config, mla_dims):
+    layer_name = "placeholder"
+    vllm_config.compilation_config.static_forward_context[layer_name] = (
+        types.SimpleNamespace(
+            prefill_backend=torch.empty((1,)),
+            kv_lora_rank=mla_dims.kv_lora_rank,
+            qk_nope_head_dim=mla_dims.qk_nope_head_dim,
+            qk_rope_head_dim=mla_dims.qk_rope_head_dim,
+            v_head_dim=mla_dims.v_head_dim,{fixed}
+        )
+    )
+"""
+STUB_LINE_52139 = 9  # the line of `types.SimpleNamespace(` above
+
+
+def write_52139_tree(root: Path, *, fixed: bool) -> Path:
+    """A source tree holding the #52139 test file (broken, or with `q_lora_rank`)."""
+    path = root / "tests" / "kernels" / "attention" / "test_rocm_aiter_mla_decode_metadata.py"
+    path.parent.mkdir(parents=True)
+    extra = "\n            q_lora_rank=mla_dims.q_lora_rank," if fixed else ""
+    path.write_text(SOURCE_52139.replace("{fixed}", extra), encoding="utf-8")
+    return path
+
+
+def test_static_audit_reports_the_52139_stub_file_and_line(tmp_path):
+    path = write_52139_tree(tmp_path, fixed=False)
+    protocol = LayerProtocol({"cpu": MLA_BUILDER_LAYER_PROTOCOL}, source="test")
+    report = run_audit([tmp_path], audits=("stubs",), protocol=protocol)
+    missing = [f for f in report.findings if f.code == "STUB001"]
+    assert len(missing) == 1, report.to_text()
+    finding = missing[0]
+    assert Path(finding.path).resolve() == path.resolve()
+    assert finding.line == STUB_LINE_52139, report.to_text()
+    assert finding.names == ("q_lora_rank",)
+    assert report.exit_code == 1
+
+
+def test_audit_command_reports_the_52139_stub_and_passes_the_fix(tmp_path, capsys):
+    broken = write_52139_tree(tmp_path / "broken", fixed=False)
+    assert conformance_main(["audit", "--only", "stubs", str(tmp_path / "broken")]) == 1
+    out = capsys.readouterr().out
+    assert f"{broken}:{STUB_LINE_52139}: STUB001" in out, out
+    assert "q_lora_rank" in out
+    write_52139_tree(tmp_path / "fixed", fixed=True)
+    assert conformance_main(["audit", "--only", "stubs", str(tmp_path / "fixed")]) == 0
+    assert "STUB001" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------- builders
+
+
+class ReadsKvCacheDtypeBuilder(CpuReferenceBuilder):
+    """Starts reading one more layer attribute in ``__init__``."""
+
+    def __init__(
+        self, config: BuilderConfig, layer_names: list[str], context: Mapping[str, Any]
+    ) -> None:
+        super().__init__(config, layer_names, context)
+        self.kv_cache_dtype = context[layer_names[0]].kv_cache_dtype
+
+
+class ReadsImplHeadsBuilder(CpuReferenceBuilder):
+    """Starts reading a nested layer attribute in ``build()``."""
+
+    def __init__(
+        self, config: BuilderConfig, layer_names: list[str], context: Mapping[str, Any]
+    ) -> None:
+        super().__init__(config, layer_names, context)
+        self._layer = context[layer_names[0]]
+
+    def build(self, cam: CommonAttentionMetadata):
+        assert self._layer.impl.num_heads > 0
+        return super().build(cam)
+
+
+@pytest.mark.parametrize(
+    ("builder_cls", "phase", "undeclared"),
+    [
+        (ReadsKvCacheDtypeBuilder, "init", {"kv_cache_dtype"}),
+        (ReadsImplHeadsBuilder, "build", {"impl", "impl.num_heads"}),
+    ],
+    ids=["init:kv_cache_dtype", "build:impl.num_heads"],
+)
+def test_protocol_diff_names_a_new_read(builder_cls, phase, undeclared):
+    layer = MLAAttentionLayer(dims=DEEPSEEK_R1.dims, num_heads=16)
+    log = record_builder_reads(cpu_builder(builder_cls), layer, [mixed_batch()], layer_name=LAYER)
+    diff = compare_layer_protocol(declared=CpuReferenceBackend.layer_protocol, recorded=log.reads())
+    assert diff.undeclared == undeclared
+    assert not diff.unread
+    text = diff.render(backend="cpu", log=log)
+    for path in undeclared:
+        assert f"+ {path}" in text and f"read during {phase}" in text, text
+
+    control = record_builder_reads(cpu_builder(), layer, [mixed_batch()], layer_name=LAYER)
+    assert compare_layer_protocol(
+        declared=CpuReferenceBackend.layer_protocol, recorded=control.reads()
+    ).ok
+
+
+class ReadsMoreBackend(CpuReferenceBackend):
+    """The reference backend whose builder reads `kv_cache_dtype` without declaring it."""
+
+    name: ClassVar[str] = "reads-more"
+
+    def builder_cls(self) -> type[MetadataBuilder]:
+        return ReadsKvCacheDtypeBuilder
+
+
+class StaleDeclarationBackend(CpuReferenceBackend):
+    """The reference backend declaring an attribute its builder never reads."""
+
+    name: ClassVar[str] = "stale-declaration"
+    layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL | {"kv_cache_dtype"}
+
+
+def register(monkeypatch: pytest.MonkeyPatch, broken: CpuReferenceBackend) -> None:
+    """Make `registry.get_backend` return `broken` for its name."""
+    real = registry.get_backend
+    monkeypatch.setattr(
+        registry, "get_backend", lambda name: broken if name == broken.name else real(name)
+    )
+
+
+def test_family_b_passes_on_the_reference_backend(pytester):
+    result = run_family_b(pytester, "--backend", "cpu")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) >= 10 and not outcomes.get("failed"), outcomes
+
+
+def test_builder_reading_a_new_attribute_fails_family_b(pytester, monkeypatch):
+    register(monkeypatch, ReadsMoreBackend())
+    result = run_family_b(
+        pytester, "--backend", "reads-more", "-k", "reads_exactly or minimal_complete_stub"
+    )
+    assert result.parseoutcomes().get("failed", 0) == 2, result.parseoutcomes()
+    result.stdout.fnmatch_lines(
+        [
+            "*+ kv_cache_dtype*read during init, not declared*",
+            "*StubIncompleteError*'kv_cache_dtype'*",
+        ],
+        consecutive=False,
+    )
+
+
+def test_stale_declaration_fails_family_b(pytester, monkeypatch):
+    register(monkeypatch, StaleDeclarationBackend())
+    result = run_family_b(
+        pytester, "--backend", "stale-declaration", "-k", "reads_exactly or missing_one", "-v"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*test_stub_missing_one_attribute_fails_naming_it[[]kv_cache_dtype[]] FAILED*",
+            "*- kv_cache_dtype*declared, never read*",
+            "*ran with a stub lacking 'kv_cache_dtype'*",
+        ],
+        consecutive=False,
+    )
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 2, outcomes
+    assert outcomes.get("passed", 0) == len(MLA_BUILDER_LAYER_PROTOCOL), outcomes
+
+
+# ---------------------------------------------------------------------------- stand-ins
+
+
+def test_object_new_layer_missing_prefill_backend_is_caught(traced_allocations):
+    line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+    layer = object.__new__(MLAAttentionLayer)  # conformance-audit: ignore[STUB004]
+    layer.dims = DEEPSEEK_R1.dims  # __init__ skipped: prefill_backend is never set
+    layer.num_heads = 16
+    with pytest.raises(StubIncompleteError) as exc:
+        record_builder_reads(cpu_builder(), layer, [mixed_batch()], layer_name=LAYER)
+    assert exc.value.path == "prefill_backend"
+    message = str(exc.value)
+    assert f"MLAAttentionLayer {LAYER!r}" in message
+    if site_of(layer) is not None:  # tracemalloc sees plain-class instances from 3.12 on
+        assert f"{THIS_FILE}:{line}" in message, message
+    else:
+        assert "an unknown place; recorded from " in message and THIS_FILE in message, message
+
+
+def test_object_new_impl_missing_num_heads_is_caught():
+    impl = object.__new__(AttentionImpl)  # conformance-audit: ignore[STUB004]
+    impl.scale = 0.1  # #51011: a stand-in impl that never got the attribute a reader needs
+    layer = MLAAttentionLayer(dims=DEEPSEEK_R1.dims, num_heads=16, impl=impl)
+    with pytest.raises(StubIncompleteError, match=r"'impl\.num_heads'") as exc:
+        record_builder_reads(
+            cpu_builder(ReadsImplHeadsBuilder), layer, [mixed_batch()], layer_name=LAYER
+        )
+    assert exc.value.path == "impl.num_heads"
