@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
@@ -190,5 +190,11 @@ class Backend(ABC):
         layer_names: list[str],
         static_forward_context: Mapping[str, Any],
     ) -> MetadataBuilder:
-        """Construct this backend's builder."""
+        """Construct this backend's builder; planner profile and program count default to
+        the backend's own."""
+        config = replace(
+            config,
+            arch=config.arch or self.plan_archs()[0],
+            num_cus=config.num_cus or self.default_num_cus(),
+        )
         return self.builder_cls()(config, layer_names, static_forward_context)

@@ -64,4 +64,4 @@ class CpuReferenceBackend(Backend):
             kv_scale=kv_scale,
             causal=bool(decode.planner_call.get("causal", True)),
         )
-        return result.out, result.lse
+        return result.out.to(torch.bfloat16), result.lse

@@ -21,6 +21,8 @@ ENTRY_POINT_GROUP = "mla_conformance.backends"
 
 BUILTIN_BACKENDS: dict[str, str] = {
     "cpu": "backends.cpu:CpuReferenceBackend",
+    "cuda": "backends.triton_backend:CudaTritonBackend",
+    "interpret": "backends.triton_backend:InterpretTritonBackend",
 }
 
 

@@ -31,6 +31,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     name = config.getoption("backend")
+    if name == "interpret":
+        # Triton reads this once, when it is first imported.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     config.stash[backend_name_key] = name
     config.stash[availability_key] = _availability(name)
     try:

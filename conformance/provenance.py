@@ -94,6 +94,8 @@ def gpu_name() -> str | None:
             return None
         index = torch.cuda.current_device()
         name = str(torch.cuda.get_device_name(index))
+        if not getattr(torch.version, "hip", None):
+            return name
         arch = getattr(torch.cuda.get_device_properties(index), "gcnArchName", None)
         return f"{name} ({arch})" if arch else name
     except Exception:  # a fact we cannot read is simply absent

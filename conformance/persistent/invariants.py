@@ -645,11 +645,17 @@ def check_plan(
     def pick(value: Any, key: str) -> Any:
         return value if value is not None else params.get(key)
 
+    qo, kv, last = _ints(qo_indptr), _ints(kv_indptr), _ints(kv_last_page_lens)
+    if len(kv) < 2 or len(qo) != len(kv) or len(last) != len(kv) - 1:
+        raise PlanError(
+            f"kv_indptr: check_plan needs qo_indptr and kv_indptr of one length >= 2 and "
+            f"kv_last_page_lens one shorter; found lengths {len(qo)}, {len(kv)}, {len(last)}"
+        )
     checker = _Checker(
         plan,
-        qo=_ints(qo_indptr),
-        kv=_ints(kv_indptr),
-        last=_ints(kv_last_page_lens),
+        qo=qo,
+        kv=kv,
+        last=last,
         page_size=page_size,
         causal=bool(causal),
         max_seqlen_qo=max_seqlen_qo if max_seqlen_qo is not None else plan.max_seqlen_qo,

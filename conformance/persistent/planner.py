@@ -12,7 +12,10 @@ tiles that fits whole with one bisection of the prefix sum of tile costs.
 
 One deliberate difference: with folded heads and ``page_size > 1`` AITER reads
 ``kv_last_page_lens`` at the *virtual* batch id (out of range for most of them); this
-planner reads the real batch's entry.
+planner reads the real batch's entry. AITER's folded causal trim
+``ntiles - (qo_start // ratio) % uni_seqlen_qo - 1`` is reproduced as is: it over-trims
+when a folded request has several qo tiles (S > 8 on gfx942/gfx950), which invariant I4
+reports. Unwritten entries hold `UNWRITTEN` (-1).
 """
 
 from __future__ import annotations
@@ -619,7 +622,6 @@ def _plan(
         "fold_ratio": ratio,
         "heads_per_work": heads,
         "native": layout.native,
-        "max_seqlen_qo_effective": max_seqlen_qo,
         "num_tiles": setup.num_tiles,
         "packed_rows_per_program": packed_rows,
         "qo_splits": splits,

@@ -31,11 +31,10 @@ def _status_class(status: str) -> str:
 def _family_class(counts: dict[str, int]) -> str:
     if counts.get("failed") or counts.get("error"):
         return "FAIL"
-    if counts.get("skipped") or counts.get("unavailable"):
+    ran = counts.get("passed") or counts.get("xfail") or counts.get("expected-skip")
+    if counts.get("skipped") or (counts.get("unavailable") and ran):
         return "INCOMPLETE"
-    if counts.get("passed") or counts.get("xfail") or counts.get("expected-skip"):
-        return "PASS"
-    return "NOTRUN"
+    return "PASS" if ran else "NOTRUN"
 
 
 def _list(items: list[str]) -> str:

@@ -12,6 +12,7 @@ from conformance.signoff.model import (
     CaseResult,
     Outcome,
     SignoffResult,
+    Status,
 )
 from conformance.signoff.verdict import outcome_counts
 
@@ -116,7 +117,9 @@ def _backend(result: BackendResult) -> dict[str, Any]:
             "duplicates": completeness.duplicates,
             "unexpected": completeness.unexpected[:MAX_IDS_LISTED],
         },
-        "problems": [_case(case) for case in result.cases if case.outcome in PROBLEM_OUTCOMES],
+        "problems": []
+        if result.status == Status.NOT_RUN
+        else [_case(case) for case in result.cases if case.outcome in PROBLEM_OUTCOMES],
         "xfails": [_case(case) for case in result.cases if case.outcome == Outcome.XFAIL],
         "expected_skips": [
             _case(case) for case in result.cases if case.outcome == Outcome.EXPECTED_SKIP

@@ -265,3 +265,10 @@ def test_assert_plan_invariants_lists_every_violation() -> None:
     text = str(info.value)
     assert "I5 [work 0, tile 0] (kv_offset): kv_offset=391" in text
     assert "I9 [tile 2] (reduce_final_map)" in text
+
+
+def test_check_plan_rejects_inconsistent_inputs() -> None:
+    plan = plan_persistent_decode(**EXAMPLE_1)
+    bad = {**inputs(EXAMPLE_1), "kv_last_page_lens": i32([1])}
+    with pytest.raises(PlanError, match=r"^kv_indptr: .*lengths 4, 4, 1"):
+        check_plan(plan, **bad)

@@ -509,7 +509,7 @@ def test_fp8_q_results_depend_on_the_plan_but_stay_within_tolerance() -> None:
         (16, 2, 16, "gfx942", False),  # native 16 heads, page > 1, short last pages
         (48, 2, 1, "gfx942", False),  # folded 3 x 16, MTP
         (128, 2, 1, "gfx942", True),  # native fp8 128 heads: one tile per query token
-        (32, 1, 64, "gfx950", False),  # gfx950 bf16: native
+        (32, 1, 1, "gfx950", False),  # gfx950 bf16: native 32 heads
     ],
 )
 def test_reference_planner_plans_execute_to_the_monolithic_result(
@@ -518,7 +518,7 @@ def test_reference_planner_plans_execute_to_the_monolithic_result(
     """The planner and the executor read the plan format the same way."""
     from conformance.persistent.planner import plan_persistent_decode
 
-    kv_lens = [37, 5, 150, 18]
+    kv_lens = [300, 5, 60, 18]
     batch = make_batch([q_len] * 4, kv_lens, heads=heads, page_size=page_size, seed=heads)
     scales: dict[str, float] = {}
     if q_fp8:
@@ -542,8 +542,10 @@ def test_reference_planner_plans_execute_to_the_monolithic_result(
         q_dtype=batch.q.dtype,
         kv_dtype=batch.cache.dtype,
         arch=arch,
-        num_cus=8,
+        num_cus=16,
     )
+    assert plan.split_tiles(), "the case must exercise split tiles and the reduce"
+    assert plan.fold_ratio == (3 if heads == 48 else 1)
     got = run_plan(batch, plan, **scales)
     ref_out, ref_lse = batch.reference(**scales)
     if q_fp8:

@@ -7,6 +7,8 @@
 2. Decodes that drop a scale (kv_scale everywhere, kv_scale on V only, q_scale): the derived
    tolerance must reject each, while the correct computation passes the same check.
 3. A plan that drops a work leaves NaN rows, which the comparator must reject.
+4. A decode that reads the slack slots of its last page (NaN-poisoned) and one that skips the
+   causal mask for multi-token queries: both must be rejected.
 """
 
 from __future__ import annotations
@@ -232,3 +234,77 @@ def test_decode_ignoring_a_scale_is_caught_by_the_tolerance(q_fp8: bool, broken:
     }[broken]
     with pytest.raises(AssertionError, match="out: MISMATCH"):
         assert_close(decode(case, **wrong), ref_out, tol=tol, name="out", dtype=torch.bfloat16)
+
+
+# --------------------------------------------------------------------------------------
+# Decodes that read past seq_len or skip the causal mask
+
+
+def mtp_case() -> Case:
+    """Two requests with 3 query tokens each over a NaN-poisoned page-size-4 cache."""
+    gen = torch.Generator().manual_seed(2)
+    cache = torch.full((6, 4, D), float("nan"))
+    seq_lens = [10, 7]
+    table = torch.tensor([[5, 0, 3], [1, 4, 2]], dtype=torch.int32)
+    flat = cache.view(-1, D)
+    for b, n in enumerate(seq_lens):
+        t = torch.arange(n)
+        flat[table[b, t // 4].long() * 4 + t % 4] = torch.randn(n, D, generator=gen)
+    return Case(
+        q=torch.randn(6, 8, D, generator=gen).to(torch.bfloat16),
+        cache=cache.to(torch.bfloat16),
+        query_start_loc=torch.tensor([0, 3, 6], dtype=torch.int32),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+        block_table=table,
+    )
+
+
+def whole_page_decode(case: Case) -> torch.Tensor:
+    """BROKEN: attends every slot of the request's pages, slack slots included."""
+    outs = []
+    qsl = case.query_start_loc.tolist()
+    for b, seq_len in enumerate(case.seq_lens.tolist()):
+        pages = -(-seq_len // case.page_size)
+        padded = pages * case.page_size
+        kv = gather_request_kv(case.cache, case.block_table[b], padded, case.page_size).float()
+        rows = qsl[b + 1] - qsl[b]
+        visible = (seq_len - rows + 1 + torch.arange(rows)).clamp(0, seq_len)
+        visible = visible + (padded - seq_len)  # "the page is ours": off by the slack
+        o, _ = attend_rows(
+            case.q[qsl[b] : qsl[b + 1]].float(),
+            kv,
+            visible=visible,
+            scale=SM_SCALE,
+            v_scale=1.0,
+            kv_lora_rank=DV,
+        )
+        outs.append(o)
+    return torch.cat(outs).to(torch.bfloat16)
+
+
+def test_decode_reading_slack_slots_is_caught() -> None:
+    case = mtp_case()
+    ref_out, _ = case.reference()
+    assert not bool(torch.isnan(ref_out).any())
+    with pytest.raises(AssertionError, match="NaN/Inf positions differ"):
+        assert_close(
+            whole_page_decode(case), ref_out, tol=BF16_TOL, name="out", dtype=torch.bfloat16
+        )
+
+
+def test_decode_without_causal_mask_is_caught() -> None:
+    case = mtp_case()
+    ref_out, _ = case.reference()
+    no_mask, _ = mla_decode_reference(
+        case.q,
+        case.cache,
+        query_start_loc=case.query_start_loc,
+        seq_lens=case.seq_lens,
+        block_table=case.block_table,
+        sm_scale=SM_SCALE,
+        causal=False,
+    )
+    with pytest.raises(AssertionError, match="out: MISMATCH"):
+        assert_close(
+            no_mask.to(torch.bfloat16), ref_out, tol=BF16_TOL, name="out", dtype=torch.bfloat16
+        )

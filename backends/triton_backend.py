@@ -1,0 +1,130 @@
+"""The suite's NVIDIA backend: the persistent Triton MLA decode, on a GPU (`cuda`) or
+under Triton's interpreter on the CPU (`interpret`).
+
+Both plan with the reference planner's ``triton`` profile on the host and move the plan
+to the device once per batch; the kernels walk it (kernels/triton_mla.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import ClassVar
+
+import torch
+
+from backends.base import Availability, Backend, DecodeMetadata, MetadataBuilder
+from backends.common import MLACommonBuilder
+from conformance.layers import MLA_BUILDER_LAYER_PROTOCOL
+
+INTERPRET_ENV = "TRITON_INTERPRET"
+INTERPRETER_PROGRAMS = 4
+
+
+def _triton_missing() -> str | None:
+    if importlib.util.find_spec("triton") is None:
+        return "triton is not installed"
+    return None
+
+
+def cuda_device_count() -> int:
+    """Number of NVIDIA devices torch sees (ROCm devices do not count)."""
+    if torch.version.hip is not None or not torch.cuda.is_available():
+        return 0
+    return torch.cuda.device_count()
+
+
+class TritonBuilder(MLACommonBuilder):
+    """Shared builder planning for the ``triton`` profile."""
+
+    default_arch: ClassVar[str] = "triton"
+
+
+class _TritonBackend(Backend):
+    layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
+    numerics: ClassVar[str] = "tensor-core"
+
+    def builder_cls(self) -> type[MetadataBuilder]:
+        return TritonBuilder
+
+    def plan_archs(self) -> tuple[str, ...]:
+        return ("triton",)
+
+    def decode(
+        self,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        decode: DecodeMetadata,
+        *,
+        sm_scale: float,
+        q_scale: float = 1.0,
+        kv_scale: float = 1.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        from kernels.triton_mla import persistent_mla_decode
+
+        if decode.plan is None:
+            raise ValueError("decode.plan: expected a work plan, found None (no decode rows?)")
+        return persistent_mla_decode(
+            q,
+            kv_cache,
+            decode.plan,
+            kv_indptr=decode.kv_indptr,
+            kv_indices=decode.kv_indices,
+            kv_last_page_lens=decode.kv_last_page_lens,
+            qo_indptr=decode.query_start_loc,
+            page_size=decode.page_size,
+            sm_scale=sm_scale,
+            q_scale=q_scale,
+            kv_scale=kv_scale,
+            causal=bool(decode.planner_call.get("causal", True)),
+        )
+
+
+class CudaTritonBackend(_TritonBackend):
+    """Triton kernels on an NVIDIA GPU."""
+
+    name: ClassVar[str] = "cuda"
+
+    def availability(self) -> Availability:
+        missing = _triton_missing()
+        if missing:
+            return Availability(False, missing)
+        if os.environ.get(INTERPRET_ENV) == "1":
+            return Availability(False, f"{INTERPRET_ENV}=1 is set: use the interpret backend")
+        if torch.version.hip is not None:
+            return Availability(False, f"torch {torch.__version__} is a ROCm build, not CUDA")
+        if not torch.cuda.is_available():
+            build = "has no CUDA support" if torch.version.cuda is None else "sees no CUDA device"
+            return Availability(False, f"no CUDA device: torch {torch.__version__} {build}")
+        return Availability(True)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device() if cuda_device_count() else 0)
+
+    def default_num_cus(self) -> int:
+        if not cuda_device_count():
+            return 132
+        return torch.cuda.get_device_properties(self.device).multi_processor_count
+
+
+class InterpretTritonBackend(_TritonBackend):
+    """The same Triton kernels under ``TRITON_INTERPRET=1`` on the CPU (tiny cases)."""
+
+    name: ClassVar[str] = "interpret"
+    tiny_cases_only: ClassVar[bool] = True
+
+    def availability(self) -> Availability:
+        missing = _triton_missing()
+        if missing:
+            return Availability(False, missing)
+        if os.environ.get(INTERPRET_ENV) != "1":
+            return Availability(False, f"{INTERPRET_ENV}=1 must be set before triton is imported")
+        return Availability(True)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def default_num_cus(self) -> int:
+        return INTERPRETER_PROGRAMS
