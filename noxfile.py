@@ -15,8 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import site
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nox
@@ -49,20 +52,37 @@ def _python(venv: Path) -> str:
 def _ensure_venv(
     session: nox.Session, name: str, requirements: list[str], *, system_site: bool = False
 ) -> str:
-    """Create (once) and return the python of a virtualenv holding `requirements`."""
+    """Create (once) and return the python of a virtualenv holding `requirements`.
+
+    With `system_site`, the new environment also sees the site packages of the interpreter
+    running nox — also when that interpreter is itself a virtualenv, whose packages
+    ``--system-site-packages`` alone would not reach.
+    """
     venv = ENV_DIR / name
     stamp = venv / ".requirements-stamp"
-    wanted = hashlib.sha256(json.dumps([requirements, system_site]).encode()).hexdigest()
+    key = [requirements, system_site, sys.prefix if system_site else None]
+    wanted = hashlib.sha256(json.dumps(key).encode()).hexdigest()
     if stamp.exists() and stamp.read_text() == wanted:
         return _python(venv)
     args = [sys.executable, "-m", "venv", "--clear", str(venv)]
     if system_site:
         args.insert(3, "--system-site-packages")
     session.run(*args, external=True)
+    if system_site and sys.prefix != sys.base_prefix:
+        _link_site_packages(venv)
     if requirements:
         session.run(_python(venv), "-m", "pip", "install", "-q", *requirements, external=True)
     stamp.write_text(wanted)
     return _python(venv)
+
+
+def _link_site_packages(venv: Path) -> None:
+    """Make `venv` see the site packages of the (virtualenv) interpreter running nox."""
+    probe = "import site, sysconfig; print(sysconfig.get_paths()['purelib'])"
+    target = subprocess.run(
+        [_python(venv), "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    Path(target, "_nox_interpreter_site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
 
 
 def _cpu_python(session: nox.Session) -> str:
@@ -105,11 +125,54 @@ def _junit_path(backend: str, posargs: list[str]) -> Path:
     return JUNIT_DIR / junit_name(backend, parse_shard(shard) if shard else None)
 
 
+def _archive_stale_reports(session: nox.Session, backend: str, junit: Path) -> None:
+    """Move this backend's reports that the new run supersedes to reports/previous/.
+
+    A new unsharded run supersedes every earlier file of the backend; a shard run
+    supersedes the unsharded file, shard files of another shard count and its own file.
+    Nothing is deleted.
+    """
+    from conformance.sharding import parse_junit_name
+
+    _, shard = parse_junit_name(junit.name)
+    stale = []
+    for path in sorted(JUNIT_DIR.glob(f"{backend}*.xml")):
+        try:
+            name, other = parse_junit_name(path.name)
+        except ValueError:
+            continue
+        if name != backend:
+            continue
+        if path == junit or shard is None or other is None or other.count != shard.count:
+            stale.append(path)
+    if not stale:
+        return
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    target = ROOT / "reports" / "previous" / stamp
+    target.mkdir(parents=True, exist_ok=True)
+    for path in stale:
+        for item in (path, path.with_suffix(".meta.json")):
+            if item.exists():
+                shutil.move(str(item), target / item.name)
+    session.log(f"earlier {backend} reports moved to {target.relative_to(ROOT)}")
+
+
+def _worker_args(backend: str, posargs: list[str]) -> list[str]:
+    """xdist workers: two on CPU backends, one per GPU where MLA_GPU_COUNT says so."""
+    if any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) for arg in posargs):
+        return []
+    if backend in ("cpu", "interpret"):
+        return ["-n", "2"]
+    gpus = int(os.environ.get("MLA_GPU_COUNT", "1") or 1)
+    return ["-n", str(gpus)] if gpus > 1 else []
+
+
 def _conformance(session: nox.Session, backend: str, python: str, **env: str) -> None:
     """Run the shared conformance set for `backend` and write its JUnit file."""
     sys.path.insert(0, str(ROOT))
     junit = _junit_path(backend, session.posargs)
     junit.parent.mkdir(parents=True, exist_ok=True)
+    _archive_stale_reports(session, backend, junit)
     session.run(
         python,
         "-m",
@@ -121,6 +184,7 @@ def _conformance(session: nox.Session, backend: str, python: str, **env: str) ->
         f"junit_suite_name=mla-{backend}",
         "-p",
         "no:cacheprovider",
+        *_worker_args(backend, session.posargs),
         *session.posargs,
         external=True,
         env={"MLA_CONFORMANCE_BACKEND": backend, **env},
@@ -169,6 +233,21 @@ def tests(session: nox.Session) -> None:
     )
     _conformance(session, "cpu", python)
     _conformance(session, "interpret", python, TRITON_INTERPRET="1")
+
+
+@nox.session
+def goldens(session: nox.Session) -> None:
+    """Regenerate tests/goldens serially and print what changed (`-- --check`: verify only)."""
+    python = _cpu_python(session)
+    session.run(python, "-m", "conformance.goldens", "generate", *session.posargs, external=True)
+
+
+@nox.session(tags=["gpu"])
+def bench(session: nox.Session) -> None:
+    """Planner benchmark (CPU), then the Triton decode benchmark (needs CUDA; says so if not)."""
+    python = _gpu_python(session)
+    session.run(python, "-m", "benchmarks.bench_planner", external=True)
+    session.run(python, "-m", "benchmarks.bench_decode", *session.posargs, external=True)
 
 
 @nox.session

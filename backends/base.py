@@ -170,6 +170,20 @@ class Backend(ABC):
         """Persistent programs to plan for when the config gives none."""
         return 8
 
+    def plan_cu_counts(self) -> tuple[int, ...] | None:
+        """Program counts its builder can plan for; None: any (a device-bound planner
+        such as AITER's plans only for the device's own count)."""
+        return None
+
+    def decode_archs(self) -> tuple[str, ...] | None:
+        """Planner profiles whose plans its decode can execute; None: any plan."""
+        return None
+
+    def native_plan_check(self, decode: DecodeMetadata) -> list[str] | None:
+        """Problems of a natively made plan against the reference planner (an empty
+        list when it matches); None when the backend plans with the reference planner."""
+        return None
+
     @abstractmethod
     def decode(
         self,

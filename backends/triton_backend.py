@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from typing import ClassVar
 
 import torch
@@ -118,8 +119,10 @@ class InterpretTritonBackend(_TritonBackend):
         missing = _triton_missing()
         if missing:
             return Availability(False, missing)
-        if os.environ.get(INTERPRET_ENV) != "1":
-            return Availability(False, f"{INTERPRET_ENV}=1 must be set before triton is imported")
+        if os.environ.get(INTERPRET_ENV) != "1" and "triton" in sys.modules:
+            return Availability(
+                False, f"triton was imported without {INTERPRET_ENV}=1 in this process"
+            )
         return Availability(True)
 
     @property

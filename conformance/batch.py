@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import torch
 
 from conformance.metadata import CommonAttentionMetadata
-from conformance.validate import PAD_SLOT_ID
 
 NULL_BLOCK = 0
 
@@ -32,7 +31,7 @@ class BatchSpec:
                 f"BatchSpec {self.name!r}: seq_lens has {len(self.seq_lens)} entries, "
                 f"query_lens has {len(self.query_lens)}"
             )
-        for i, (s, q) in enumerate(zip(self.seq_lens, self.query_lens)):
+        for i, (s, q) in enumerate(zip(self.seq_lens, self.query_lens, strict=True)):
             if q < 0 or s < q:
                 raise ValueError(
                     f"BatchSpec {self.name!r}: request {i} has seq_len {s} < query_len {q}"
@@ -136,7 +135,7 @@ def _slots_and_positions(
     spec: BatchSpec, table: torch.Tensor, block_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     slots, positions = [], []
-    for r, (s, q) in enumerate(zip(spec.seq_lens, spec.query_lens)):
+    for r, (s, q) in enumerate(zip(spec.seq_lens, spec.query_lens, strict=True)):
         pos = torch.arange(s - q, s, dtype=torch.int64)
         blocks = table[r].to(torch.int64)
         slots.append(blocks[pos // block_size] * block_size + pos % block_size)

@@ -20,7 +20,13 @@ backend_name_key = pytest.StashKey[str]()
 availability_key = pytest.StashKey[Availability]()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    # The report plugin (sharding, expectations, sidecars) adds options of its own, so it
+    # must be registered before the command line is parsed.
+    from conformance import report_plugin
+
+    if not pluginmanager.is_registered(report_plugin):
+        pluginmanager.register(report_plugin, "mla-report")
     group = parser.getgroup("mla-conformance", "MLA conformance suite")
     group.addoption(
         "--backend",
@@ -36,12 +42,6 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     config.stash[backend_name_key] = name
     config.stash[availability_key] = _availability(name)
-    try:
-        from conformance import report_plugin
-    except ImportError:
-        return
-    if not config.pluginmanager.has_plugin("mla-report"):
-        config.pluginmanager.register(report_plugin, "mla-report")
 
 
 def _availability(name: str) -> Availability:

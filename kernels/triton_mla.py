@@ -13,13 +13,15 @@ into ``BLOCK_M`` rows; each KV tile is loaded once and ``kv[:, :512]`` serves bo
 QK and as V for PV, ``kv[:, 512:]`` only feeds the rope dot; ``sm_scale·q_scale·kv_scale·log2 e``
 is folded into the score scale and the softmax uses exp2; the output is multiplied by
 ``kv_scale`` once at the end; accumulation is fp32 with bf16 dot operands (fp8 q/KV are
-converted to bf16 before the dot, which is exact). The causal mask is applied by kv position
-from the global rule: query token ``i`` of a request with ``s`` q tokens and ``L`` kv tokens
-sees positions ``[0, L - s + i]``. A row that sees no kv token gets O = 0 and LSE = −inf.
+converted to bf16 before the dot, which is exact); P is rounded to bf16 for the PV dot, or to
+e4m3 under AITER's fp8-q rule (`fp8_p`), with ΣP unrounded. The causal mask is applied by kv
+position from the global rule: query token ``i`` of a request with ``s`` q tokens and ``L`` kv
+tokens sees positions ``[0, L - s + i]``. A row that sees no kv token gets O = 0 and LSE = −inf.
 
 Triton 3.9's interpreter multiplies bf16 ``tl.dot`` operands as their raw uint16 bits, so under
 the interpreter the (bf16-rounded) operands are widened to fp32 before each dot (``DOT_T``);
-the values, and so the results, are the same as the bf16 dots on a GPU.
+the values, and so the results, are the same as the bf16 dots on a GPU. (The interpreter also
+truncates fp32→bf16 conversions where a GPU rounds to nearest.)
 
 Tile configurations live in `DECODE_CONFIGS` / `REDUCE_CONFIGS` so they can be tuned.
 
@@ -51,11 +53,16 @@ FAULTS: dict[str | None, int] = {
     "read_past_end": 1,  # decode reads whole pages up to kv_end, ignoring the last-page length
     "drop_kv_scale": 2,  # decode ignores kv_scale (in the scores and on the output)
     "skip_partial": 3,  # reduce skips the first partial of every group
+    "skip_head_group": 4,  # head-group launches: the programs of group 1 skip every work
 }
 
 # Decode tile configurations keyed by (BLOCK_M, kv kind). BLOCK_M is the number of packed
 # (q token × head) rows per program iteration. Starting points from perf_anchors.md §6
-# (measured on an H200 with a non-persistent kernel); to be tuned.
+# (measured on an H200 with a non-persistent kernel); to be tuned. First H200 measurement of
+# this kernel (benchmarks/gpu_smoke_triton_mla.py, B=32, L≈4k, page 64, 132 programs, CUDA
+# graph, reduce included): H=16 bf16 97 µs (36 % of the roofline floor; num_stages 2: 93 µs,
+# BLOCK_N 32: 99 µs), H=128 bf16 181 µs (26 %; num_stages 1: 228 µs, 4 warps: 373 µs,
+# BLOCK_N 32: 235 µs), H=16 fp8 163 µs (BLOCK_N 32: 123 µs), H=128 fp8 252 µs.
 DECODE_CONFIGS: dict[tuple[int, str], dict[str, int]] = {
     (16, "bf16"): {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
     (32, "bf16"): {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
@@ -65,7 +72,7 @@ DECODE_CONFIGS: dict[tuple[int, str], dict[str, int]] = {
     (64, "fp8"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 2},
 }
 
-# Reduce configurations keyed by heads per work bucket (16 or more).
+# Reduce configurations keyed by heads-per-work bucket (one bucket so far: every head count).
 REDUCE_CONFIGS: dict[int, dict[str, int]] = {
     16: {"BLOCK_H": 16, "num_warps": 4},
 }
@@ -74,6 +81,7 @@ REDUCE_CONFIGS: dict[int, dict[str, int]] = {
 _STAGE_LIMITS: dict[tuple[object, ...], int] = {}
 
 MAX_BLOCK_M = 64  # 64 × 512 fp32 accumulator rows is the register budget (perf_anchors §7.2)
+MMA_V3_MIN_ROWS = 64  # fewer rows per program compile to mma.sync (no fp8 operands) on sm_90
 MIN_BLOCK_M = 16  # tl.dot needs M ≥ 16
 
 _FP8_DTYPES = tuple(
@@ -86,6 +94,100 @@ _FP8_DTYPES = tuple(
 # --------------------------------------------------------------------------------------------
 # Kernels
 # --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _operand(x, DOT_T: tl.constexpr, KEEP_FP8: tl.constexpr):
+    """A dot operand: kept as loaded (fp8 tensor-core path) or via bf16 to ``DOT_T``."""
+    if KEEP_FP8:
+        return x
+    else:
+        return x.to(tl.bfloat16).to(DOT_T)
+
+
+@triton.jit
+def _load_tile(kv_base, kv_offs, rope_offs, pos, tok_hi, MASKED: tl.constexpr):
+    """A KV tile: its ``[BLOCK_N, 512]`` latent block (Kᵀ and V) and ``[BLOCK_N, 64]`` rope."""
+    if MASKED:
+        pos_ok = pos < tok_hi
+        kv = tl.load(kv_base + kv_offs, mask=pos_ok[:, None], other=0.0)
+        k_rope = tl.load(kv_base + rope_offs, mask=pos_ok[:, None], other=0.0)
+    else:
+        kv = tl.load(kv_base + kv_offs)
+        k_rope = tl.load(kv_base + rope_offs)
+    return kv, k_rope
+
+
+@triton.jit
+def _attend(
+    acc,
+    m_i,
+    l_i,
+    q_nope,
+    q_rope,
+    kv,
+    k_rope,
+    pos,
+    row_hi,
+    score_scale,
+    MASKED: tl.constexpr,
+    DOT_T: tl.constexpr,
+    QK_FP8: tl.constexpr,
+    P_FP8: tl.constexpr,
+    V_F16: tl.constexpr,
+    F16_TILE: tl.constexpr,
+    ABLATE: tl.constexpr,
+):
+    """One KV tile of the online softmax: QK (latent + rope), exp2 softmax update, PV.
+
+    The latent block `kv` serves as Kᵀ and as V. Unmasked tiles (every token valid and
+    visible to every row) skip the score mask.
+    """
+    if F16_TILE:
+        # e4m3 tile to fp16 (exact): the mma.sync path (fewer than 64 rows) has no fp8
+        # operands.
+        kv = kv.to(tl.float16)
+        k_rope = k_rope.to(tl.float16)
+    if ABLATE == 2:  # timing probe only: no QK dot (the rope block is not read)
+        scores = tl.zeros([q_nope.shape[0], kv.shape[0]], dtype=tl.float32)
+    elif F16_TILE:
+        scores = tl.dot(q_nope, tl.trans(kv))
+        scores = tl.dot(q_rope, tl.trans(k_rope), scores)
+    else:
+        k_op = _operand(kv, DOT_T, QK_FP8)
+        scores = tl.dot(q_nope, tl.trans(k_op))
+        scores = tl.dot(q_rope, tl.trans(_operand(k_rope, DOT_T, QK_FP8)), scores)
+    scores = scores * score_scale
+    if MASKED:
+        visible = pos[None, :] < row_hi[:, None]
+        scores = tl.where(visible, scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+        m_ref = m_new
+    alpha = tl.exp2(m_i - m_ref)
+    p = tl.exp2(scores - m_ref[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    if P_FP8:
+        p8 = p.to(tl.float8e4nv)  # AITER's fp8-q rule; ΣP unrounded
+        if V_F16 or F16_TILE:
+            p_op = p8.to(tl.float16)
+        else:
+            p_op = p8.to(DOT_T)
+    else:
+        p_op = p.to(tl.bfloat16).to(DOT_T)
+    if F16_TILE:
+        v_op = kv
+    elif V_F16:
+        # e4m3 V and e4m3-rounded P are exact in fp16: one cvt per two values, fp16 MMA.
+        v_op = kv.to(tl.float16)
+    else:
+        v_op = _operand(kv, DOT_T, False)
+    acc = acc * alpha[:, None]
+    if ABLATE != 1:  # ABLATE == 1, a timing probe only: no PV dot
+        acc = tl.dot(p_op, v_op, acc)
+    return acc, m_new, l_i
 
 
 @triton.jit
@@ -104,6 +206,8 @@ def _persistent_mla_decode_kernel(
     qo_indptr_ptr,
     q_scale_ptr,
     kv_scale_ptr,
+    q_scale_value,
+    kv_scale_value,
     sm_scale_log2,
     stride_q_tok,
     stride_q_head,
@@ -127,15 +231,37 @@ def _persistent_mla_decode_kernel(
     D_V: tl.constexpr,
     D_R: tl.constexpr,
     DOT_T: tl.constexpr,
+    QK_FP8: tl.constexpr,
     P_FP8: tl.constexpr,
+    V_F16: tl.constexpr,
+    F16_TILE: tl.constexpr,
+    REG_PREFETCH: tl.constexpr,
+    SCALES_IN_MEMORY: tl.constexpr,
+    GROUP_MODE: tl.constexpr,
+    ABLATE: tl.constexpr,
     FAULT: tl.constexpr,
 ):
-    pid = tl.program_id(0)
+    # GROUP_MODE 0: program p walks slice p. Otherwise the grid is (groups, programs) and the
+    # programs (g, p) of every g walk slice p at once, so the KV of one range is read by
+    # `groups` programs side by side (the second read mostly hits L2): GROUP_MODE 1 (a folded
+    # plan) has program g take only the works of head group g; GROUP_MODE 2 (a plan made for
+    # heads_per_work of the H = groups · heads_per_work heads) has it take every work, for
+    # heads [g · heads_per_work, (g + 1) · heads_per_work).
+    if GROUP_MODE == 0:
+        pid = tl.program_id(0)
+        grp = 0
+    else:
+        pid = tl.program_id(1)
+        grp = tl.program_id(0)
     work_begin = tl.load(work_indptr_ptr + pid)
     work_end = tl.load(work_indptr_ptr + pid + 1)
 
-    q_scale = tl.load(q_scale_ptr)
-    kv_scale = tl.load(kv_scale_ptr)
+    if SCALES_IN_MEMORY:
+        q_scale = tl.load(q_scale_ptr)
+        kv_scale = tl.load(kv_scale_ptr)
+    else:
+        q_scale = q_scale_value
+        kv_scale = kv_scale_value
     if FAULT == 2:
         kv_scale = kv_scale * 0.0 + 1.0
     score_scale = sm_scale_log2 * q_scale * kv_scale
@@ -144,6 +270,10 @@ def _persistent_mla_decode_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_v = tl.arange(0, D_V)
     offs_r = tl.arange(0, D_R)
+    # Loop-invariant int32 offsets of a tile inside its page (tiles never straddle pages when
+    # PAGE_SIZE >= BLOCK_N): only a scalar base pointer changes from tile to tile.
+    tile_kv_offs = offs_n[:, None] * stride_kv_slot + offs_v[None, :]
+    tile_rope_offs = offs_n[:, None] * stride_kv_slot + (D_V + offs_r)[None, :]
 
     for w in range(work_begin, work_end):
         info = work_info_ptr + w * 8
@@ -157,6 +287,10 @@ def _persistent_mla_decode_kernel(
 
         batch = vbatch // fold_ratio
         group = vbatch % fold_ratio
+        part_head = 0  # first head of this program's heads in a partial row
+        if GROUP_MODE == 2:
+            group = grp
+            part_head = grp * heads_per_work
         q_begin = tl.load(qo_indptr_ptr + batch)
         q_len = tl.load(qo_indptr_ptr + batch + 1) - q_begin
         page_begin = tl.load(kv_indptr_ptr + batch)
@@ -173,6 +307,10 @@ def _persistent_mla_decode_kernel(
             kv_len = num_pages * PAGE_SIZE
 
         num_rows = (qo_end - qo_start) * heads_per_work
+        if GROUP_MODE == 1:
+            num_rows = tl.where(group == grp, num_rows, 0)  # another program's head group
+        if FAULT == 4 and GROUP_MODE != 0:
+            num_rows = tl.where(grp == 1, 0, num_rows)  # broken on purpose: group 1 idles
         for m0 in range(0, num_rows, BLOCK_M):
             rows = m0 + offs_m
             row_ok = rows < num_rows
@@ -185,75 +323,127 @@ def _persistent_mla_decode_kernel(
                 row_hi = tl.minimum(kv_len - q_len + (token - q_begin) + 1, tok_hi)
             else:
                 row_hi = tl.zeros([BLOCK_M], dtype=tl.int32) + tok_hi
+            # Tiles below every row's limit need neither load masks nor a score mask.
+            full_hi = tl.min(tl.where(row_ok, row_hi, tok_hi), axis=0)
+            n_full = tok_lo + tl.maximum(full_hi - tok_lo, 0) // BLOCK_N * BLOCK_N
 
             q_row = token.to(tl.int64) * stride_q_tok + head.to(tl.int64) * stride_q_head
-            q_nope = (
-                tl.load(q_ptr + q_row[:, None] + offs_v[None, :], mask=row_ok[:, None], other=0.0)
-                .to(tl.bfloat16)
-                .to(DOT_T)
+            q_nope = tl.load(
+                q_ptr + q_row[:, None] + offs_v[None, :], mask=row_ok[:, None], other=0.0
             )
-            q_rope = (
-                tl.load(
-                    q_ptr + q_row[:, None] + D_V + offs_r[None, :], mask=row_ok[:, None], other=0.0
-                )
-                .to(tl.bfloat16)
-                .to(DOT_T)
+            q_rope = tl.load(
+                q_ptr + q_row[:, None] + D_V + offs_r[None, :], mask=row_ok[:, None], other=0.0
             )
+            if F16_TILE:
+                q_nope = q_nope.to(tl.float16)
+                q_rope = q_rope.to(tl.float16)
+            else:
+                q_nope = _operand(q_nope, DOT_T, QK_FP8)
+                q_rope = _operand(q_rope, DOT_T, QK_FP8)
 
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
             acc = tl.zeros([BLOCK_M, D_V], dtype=tl.float32)
 
-            for n0 in range(tok_lo, tok_hi, BLOCK_N):
-                pos = n0 + offs_n
-                pos_ok = pos < tok_hi
-                if PAGE_SIZE >= BLOCK_N:
-                    # Tiles never straddle pages: tok_lo is page aligned and BLOCK_N | PAGE_SIZE.
-                    page = tl.load(kv_indices_ptr + page_begin + n0 // PAGE_SIZE)
-                    kv_row = page.to(tl.int64) * stride_kv_block + (
-                        (n0 % PAGE_SIZE + offs_n).to(tl.int64) * stride_kv_slot
+            if PAGE_SIZE >= BLOCK_N:
+                # The page id of the next tile is read one iteration ahead, so the KV loads
+                # do not hang on a load of the same iteration (the pipeliner then gives them
+                # every stage instead of splitting the stages along the indirection).
+                last_page = tl.maximum(num_pages - 1, 0)
+                has_pages = num_pages > 0
+                page = tl.load(
+                    kv_indices_ptr + page_begin + tl.minimum(tok_lo // PAGE_SIZE, last_page),
+                    mask=has_pages,
+                    other=0,
+                )
+                if REG_PREFETCH:
+                    # The tile of the next iteration is loaded into registers by hand (the
+                    # pipeliner leaves loads whose e4m3 values are converted before the dots
+                    # unpipelined): one tile of look-ahead.
+                    kv_base = (
+                        kv_ptr
+                        + page.to(tl.int64) * stride_kv_block
+                        + (tok_lo % PAGE_SIZE) * stride_kv_slot
                     )
+                    any_full = n_full > tok_lo
+                    kv_next = tl.load(kv_base + tile_kv_offs, mask=any_full, other=0.0)
+                    rope_next = tl.load(kv_base + tile_rope_offs, mask=any_full, other=0.0)
+                    next_page = tl.minimum((tok_lo + BLOCK_N) // PAGE_SIZE, last_page)
+                    page = tl.load(kv_indices_ptr + page_begin + next_page, mask=has_pages, other=0)
+                    for n0 in range(tok_lo, n_full, BLOCK_N):
+                        kv = kv_next
+                        k_rope = rope_next
+                        n1 = n0 + BLOCK_N
+                        kv_base = (
+                            kv_ptr
+                            + page.to(tl.int64) * stride_kv_block
+                            + (n1 % PAGE_SIZE) * stride_kv_slot
+                        )
+                        more = n1 < n_full
+                        kv_next = tl.load(kv_base + tile_kv_offs, mask=more, other=0.0)
+                        rope_next = tl.load(kv_base + tile_rope_offs, mask=more, other=0.0)
+                        next_page = tl.minimum((n1 + BLOCK_N) // PAGE_SIZE, last_page)
+                        page = tl.load(
+                            kv_indices_ptr + page_begin + next_page, mask=has_pages, other=0
+                        )
+                        acc, m_i, l_i = _attend(
+                            acc, m_i, l_i, q_nope, q_rope, kv, k_rope, n0 + offs_n, row_hi,
+                            score_scale, MASKED=False, DOT_T=DOT_T, QK_FP8=QK_FP8, P_FP8=P_FP8,
+                            V_F16=V_F16, F16_TILE=F16_TILE, ABLATE=ABLATE,
+                        )  # fmt: skip
                 else:
+                    for n0 in range(tok_lo, n_full, BLOCK_N):
+                        kv_base = (
+                            kv_ptr
+                            + page.to(tl.int64) * stride_kv_block
+                            + (n0 % PAGE_SIZE) * stride_kv_slot
+                        )
+                        next_page = tl.minimum((n0 + BLOCK_N) // PAGE_SIZE, last_page)
+                        page = tl.load(
+                            kv_indices_ptr + page_begin + next_page, mask=has_pages, other=0
+                        )
+                        kv, k_rope = _load_tile(
+                            kv_base, tile_kv_offs, tile_rope_offs, n0 + offs_n, tok_hi, False
+                        )
+                        acc, m_i, l_i = _attend(
+                            acc, m_i, l_i, q_nope, q_rope, kv, k_rope, n0 + offs_n, row_hi,
+                            score_scale, MASKED=False, DOT_T=DOT_T, QK_FP8=QK_FP8, P_FP8=P_FP8,
+                            V_F16=V_F16, F16_TILE=F16_TILE, ABLATE=ABLATE,
+                        )  # fmt: skip
+                for n0 in tl.range(n_full, tok_hi, BLOCK_N, num_stages=1):
+                    page = tl.load(kv_indices_ptr + page_begin + n0 // PAGE_SIZE)
+                    kv_base = (
+                        kv_ptr
+                        + page.to(tl.int64) * stride_kv_block
+                        + (n0 % PAGE_SIZE) * stride_kv_slot
+                    )
+                    kv, k_rope = _load_tile(
+                        kv_base, tile_kv_offs, tile_rope_offs, n0 + offs_n, tok_hi, True
+                    )
+                    acc, m_i, l_i = _attend(
+                        acc, m_i, l_i, q_nope, q_rope, kv, k_rope, n0 + offs_n, row_hi,
+                        score_scale, MASKED=True, DOT_T=DOT_T, QK_FP8=QK_FP8, P_FP8=P_FP8,
+                        V_F16=V_F16, F16_TILE=F16_TILE, ABLATE=ABLATE,
+                    )  # fmt: skip
+            else:
+                # Pages smaller than a tile: one page lookup per token, every tile masked.
+                for n0 in range(tok_lo, tok_hi, BLOCK_N):
+                    pos = n0 + offs_n
                     page = tl.load(
-                        kv_indices_ptr + page_begin + pos // PAGE_SIZE, mask=pos_ok, other=0
+                        kv_indices_ptr + page_begin + pos // PAGE_SIZE, mask=pos < tok_hi, other=0
                     )
                     kv_row = page.to(tl.int64) * stride_kv_block + (
                         (pos % PAGE_SIZE).to(tl.int64) * stride_kv_slot
                     )
-                kv = (
-                    tl.load(
-                        kv_ptr + kv_row[:, None] + offs_v[None, :], mask=pos_ok[:, None], other=0.0
-                    )
-                    .to(tl.bfloat16)
-                    .to(DOT_T)
-                )
-                k_rope = (
-                    tl.load(
-                        kv_ptr + kv_row[:, None] + D_V + offs_r[None, :],
-                        mask=pos_ok[:, None],
-                        other=0.0,
-                    )
-                    .to(tl.bfloat16)
-                    .to(DOT_T)
-                )
-
-                scores = tl.dot(q_nope, tl.trans(kv))
-                scores = tl.dot(q_rope, tl.trans(k_rope), scores)
-                scores = scores * score_scale
-                visible = pos[None, :] < row_hi[:, None]
-                scores = tl.where(visible, scores, float("-inf"))
-
-                m_new = tl.maximum(m_i, tl.max(scores, axis=1))
-                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = tl.exp2(m_i - m_ref)
-                p = tl.exp2(scores - m_ref[:, None])
-                l_i = l_i * alpha + tl.sum(p, axis=1)
-                if P_FP8:
-                    p_op = p.to(tl.float8e4nv).to(DOT_T)  # AITER's fp8-q rule; ΣP unrounded
-                else:
-                    p_op = p.to(tl.bfloat16).to(DOT_T)
-                acc = acc * alpha[:, None] + tl.dot(p_op, kv)
-                m_i = m_new
+                    kv, k_rope = _load_tile(
+                        kv_ptr, kv_row[:, None] + offs_v[None, :],
+                        kv_row[:, None] + D_V + offs_r[None, :], pos, tok_hi, True,
+                    )  # fmt: skip
+                    acc, m_i, l_i = _attend(
+                        acc, m_i, l_i, q_nope, q_rope, kv, k_rope, pos, row_hi, score_scale,
+                        MASKED=True, DOT_T=DOT_T, QK_FP8=QK_FP8, P_FP8=P_FP8,
+                        V_F16=V_F16, F16_TILE=F16_TILE, ABLATE=ABLATE,
+                    )  # fmt: skip
 
             seen = l_i > 0.0
             inv_l = tl.where(seen, kv_scale / tl.where(seen, l_i, 1.0), 0.0)
@@ -272,9 +462,10 @@ def _persistent_mla_decode_kernel(
                 tl.store(lse_ptr + l_off, lse, mask=row_ok)
             else:
                 prow = (partial_loc + vrow - qo_start).to(tl.int64)
-                po_row = prow * stride_po_row + head_local.to(tl.int64) * stride_po_head
+                phead = (part_head + head_local).to(tl.int64)
+                po_row = prow * stride_po_row + phead * stride_po_head
                 tl.store(part_o_ptr + po_row[:, None] + offs_v[None, :], o, mask=row_ok[:, None])
-                pl_off = prow * stride_pl_row + head_local.to(tl.int64) * stride_pl_head
+                pl_off = prow * stride_pl_row + phead * stride_pl_head
                 tl.store(part_lse_ptr + pl_off, lse, mask=row_ok)
 
 
@@ -391,12 +582,19 @@ def select_decode_config(plan: WorkPlan, kv_dtype: torch.dtype) -> dict[str, int
     return {"BLOCK_M": block_m, **DECODE_CONFIGS[(block_m, _kv_kind(kv_dtype))]}
 
 
-def _scale_tensor(value: float | torch.Tensor, device: torch.device, name: str) -> torch.Tensor:
+def _scale_args(
+    value: float | torch.Tensor, device: torch.device, name: str
+) -> tuple[torch.Tensor | None, float]:
+    """A per-tensor scale as (device tensor or None, host value).
+
+    A Python float travels as a kernel argument (no device allocation, no extra launch); a
+    one-element tensor is read on the device, without a host sync.
+    """
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"{name} must be a per-tensor scale (1 element), got {value.shape}")
-        return value.reshape(1).to(device=device, dtype=torch.float32)
-    return torch.full((1,), float(value), dtype=torch.float32, device=device)
+        return value.reshape(1).to(device=device, dtype=torch.float32), 1.0
+    return None, float(value)
 
 
 def _index_tensor(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -426,8 +624,9 @@ def mla_reduce(
 ) -> None:
     """Merge split partials into the final rows of every split tile, in place.
 
-    ``partial_o [P, heads_per_work, 512]`` fp32 and ``partial_lse [P, heads_per_work]`` fp32 as
-    written by the decode kernel; ``out [tokens, H, 512]`` and ``lse [tokens, H]`` are the final
+    ``partial_o [P, heads, 512]`` fp32 and ``partial_lse [P, heads]`` fp32 as written by the
+    decode kernel (heads = ``plan.heads_per_work``, or every head of an unfolded plan run once
+    per head group); ``out [tokens, H, 512]`` and ``lse [tokens, H]`` are the final
     outputs (real, unfolded rows). For tile ``t`` the partials at rows
     ``reduce_partial_map[k] + (r - q_start)``, ``k in reduce_indptr[t]..[t+1]``, merge into virtual
     row ``r`` of ``reduce_final_map[t] = (q_start, q_end)``. A −inf split gets weight 0; a row
@@ -442,7 +641,7 @@ def mla_reduce(
     num_tiles = plan.reduce_indptr.numel() - 1
     if num_tiles <= 0 or plan.num_partials == 0:
         return
-    hpw = plan.heads_per_work
+    hpw = partial_o.shape[1]  # plan.heads_per_work, or every head for a head-group launch
     cfg = REDUCE_CONFIGS[16]
     block_h = min(cfg["BLOCK_H"], max(16, triton.next_power_of_2(hpw)))
     grid = (num_tiles, max(1, plan.max_seqlen_qo), triton.cdiv(hpw, block_h))
@@ -521,10 +720,16 @@ def persistent_mla_decode(
     if page_size < 1 or page_size & (page_size - 1):
         raise ValueError(f"page_size must be a power of two, got {page_size}")
     num_tokens, num_heads, _ = q.shape
-    if num_heads != plan.heads_per_work * plan.fold_ratio:
+    hpw = plan.heads_per_work
+    if num_heads == hpw * plan.fold_ratio:
+        head_groups = 1  # the plan covers every head
+    elif plan.fold_ratio == 1 and num_heads % hpw == 0:
+        head_groups = num_heads // hpw  # one plan, run once per group of hpw heads
+    else:
         raise ValueError(
-            f"q has {num_heads} heads but the plan has heads_per_work={plan.heads_per_work} × "
-            f"fold_ratio={plan.fold_ratio}"
+            f"q has {num_heads} heads but the plan has heads_per_work={hpw} × "
+            f"fold_ratio={plan.fold_ratio} (nor is it an unfolded plan for a divisor of "
+            f"{num_heads} heads)"
         )
     round_p = q.dtype in _FP8_DTYPES if fp8_p is None else bool(fp8_p)
     plan = _plan_on(plan, device)
@@ -538,17 +743,53 @@ def persistent_mla_decode(
         raise ValueError(f"lse must be [{num_tokens}, {num_heads}], got {tuple(lse.shape)}")
 
     seq_q = max(1, plan.max_seqlen_qo)
-    hpw = plan.heads_per_work
     partial_rows = plan.reduce_partial_map.numel() * seq_q
-    partial_o = torch.empty(partial_rows, hpw, LATENT_DIM, dtype=torch.float32, device=device)
-    partial_lse = torch.empty(partial_rows, hpw, dtype=torch.float32, device=device)
+    part_heads = hpw * head_groups
+    partial_o = torch.empty(
+        partial_rows, part_heads, LATENT_DIM, dtype=torch.float32, device=device
+    )
+    partial_lse = torch.empty(partial_rows, part_heads, dtype=torch.float32, device=device)
 
     cfg = dict(select_decode_config(plan, kv_cache.dtype))
     if config:
         cfg.update(config)
+    split_groups = bool(cfg.pop("SPLIT_GROUPS", False)) and plan.fold_ratio > 1
+    if head_groups > 1:
+        group_mode, groups = 2, head_groups
+    elif split_groups:
+        group_mode, groups = 1, plan.fold_ratio
+    else:
+        group_mode, groups = 0, 1
+    q_scale_t, q_scale_v = _scale_args(q_scale, device, "q_scale")
+    kv_scale_t, kv_scale_v = _scale_args(kv_scale, device, "kv_scale")
+    scales_in_memory = q_scale_t is not None or kv_scale_t is not None
+    if scales_in_memory:  # both read on the device
+        ones = torch.ones(1, dtype=torch.float32, device=device)
+        q_scale_t = ones if q_scale_t is None else q_scale_t * 1.0
+        kv_scale_t = ones if kv_scale_t is None else kv_scale_t * 1.0
+        q_scale_t = q_scale_t * q_scale_v
+        kv_scale_t = kv_scale_t * kv_scale_v
+    # e4m3 q and e4m3 KV: QK runs on fp8 tensor cores, no conversion (exact either way).
+    e4m3 = getattr(torch, "float8_e4m3fn", None)
+    qk_fp8 = bool(
+        cfg.pop("QK_FP8", True) and not interpreted() and q.dtype == kv_cache.dtype == e4m3
+    )
+    # e4m3 KV with P rounded to e4m3: V and P are exact in fp16, so PV runs on fp16 MMAs.
+    v_f16 = bool(
+        cfg.pop("V_F16", True) and not interpreted() and round_p and kv_cache.dtype == e4m3
+    )
+    # Fewer than 64 rows (mma.sync, no fp8 operands): e4m3 q and tile go to fp16 once.
+    f16_tile = bool(
+        cfg.pop("F16_TILE", True) and qk_fp8 and round_p and cfg["BLOCK_M"] < MMA_V3_MIN_ROWS
+    )
+    if f16_tile:
+        qk_fp8 = False
+    # Tiles converted before their dots are not pipelined by Triton: prefetch them by hand.
+    reg_prefetch = bool(cfg.pop("REG_PREFETCH", f16_tile))
 
     def launch(cfg: dict[str, int]) -> None:
-        _persistent_mla_decode_kernel[(num_programs,)](
+        grid = (num_programs,) if group_mode == 0 else (groups, num_programs)
+        _persistent_mla_decode_kernel[grid](
             q,
             kv_cache,
             out,
@@ -561,8 +802,10 @@ def persistent_mla_decode(
             _index_tensor(kv_indices, device),
             _index_tensor(kv_last_page_lens, device),
             _index_tensor(qo_indptr, device),
-            _scale_tensor(q_scale, device, "q_scale"),
-            _scale_tensor(kv_scale, device, "kv_scale"),
+            q_scale_t if q_scale_t is not None else plan.work_indptr,
+            kv_scale_t if kv_scale_t is not None else plan.work_indptr,
+            q_scale_v,
+            kv_scale_v,
             float(sm_scale) * LOG2E,
             q.stride(0),
             q.stride(1),
@@ -586,7 +829,14 @@ def persistent_mla_decode(
             D_V=LATENT_DIM,
             D_R=ROPE_DIM,
             DOT_T=tl.float32 if interpreted() else tl.bfloat16,
+            QK_FP8=qk_fp8,
             P_FP8=round_p,
+            V_F16=v_f16,
+            F16_TILE=f16_tile,
+            REG_PREFETCH=reg_prefetch,
+            SCALES_IN_MEMORY=scales_in_memory,
+            GROUP_MODE=group_mode,
+            ABLATE=cfg.get("ABLATE", 0),
             FAULT=fault,
             num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"],

@@ -106,7 +106,6 @@ def _sentinel_cam() -> metadata.CommonAttentionMetadata:
     """A mixed batch with every optional field filled with distinguishable values."""
     spec = batch.BatchSpec((40, 50, 60, 70), (1, 1, 6, 8), "sentinel")
     cam = batch.make_cam(spec, block_size=16)
-    n = cam.num_reqs
     return cam.replace(
         seq_lens_cpu_upper_bound=cam.seq_lens.clone(),
         dcp_local_seq_lens=(cam.seq_lens // 2).to(torch.int32),

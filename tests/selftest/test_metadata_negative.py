@@ -12,8 +12,8 @@ from typing import ClassVar
 import pytest
 
 from backends import registry
-from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
 from backends.base import MetadataBuilder, PrefillMetadata
+from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
 from conformance import batch, transforms
 from conformance.metadata import CommonAttentionMetadata
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One-shot conformance run of the `cuda` backend on a GPU machine without internet access.
+#
+# Uses the machine's own python3, torch and triton; pure-Python wheels the machine lacks
+# (junitparser, defusedxml) may be carried in .whl/. Runs exactly what `nox -s cuda` runs,
+# plus the Triton kernel selftests natively, then the decode benchmark, and writes into
+# OUTDIR: cuda.xml + cuda.meta.json (the conformance run), kernels.xml, versions.json,
+# bench.{json,md} and log.txt.
+#
+#   scripts/gpu_evidence.sh OUTDIR [--no-bench]
+set -uo pipefail
+out=${1:?usage: scripts/gpu_evidence.sh OUTDIR [--no-bench]}
+bench=1
+[ "${2:-}" = "--no-bench" ] && bench=0
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+exec > >(tee "$out/log.txt") 2>&1
+export PYTHONUNBUFFERED=1 MLA_CONFORMANCE_BACKEND=cuda
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/mla-site .whl/*.whl && export PYTHONPATH=/tmp/mla-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+python3 - "$out/versions.json" <<'PY'
+import json, platform, subprocess, sys
+import torch
+info = {"python": platform.python_version(), "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda}
+try:
+    import triton
+    info["triton"] = triton.__version__
+except ImportError as exc:
+    info["triton"] = f"not importable: {exc}"
+if torch.cuda.is_available():
+    props = torch.cuda.get_device_properties(0)
+    info.update(device=props.name, sm_count=props.multi_processor_count,
+                capability=f"{props.major}.{props.minor}",
+                memory_gib=round(props.total_memory / 2**30, 1))
+smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                     capture_output=True, text=True)
+info["nvidia_smi"] = smi.stdout.strip() or smi.stderr.strip()
+json.dump(info, open(sys.argv[1], "w"), indent=2)
+print(json.dumps(info, indent=2))
+PY
+
+status=0
+python3 -m pytest tests/conformance --backend=cuda --junitxml="$out/cuda.xml" \
+  -o junit_suite_name=mla-cuda -p no:cacheprovider -q -rfEs || status=$?
+python3 -m pytest tests/selftest/test_triton_mla.py --junitxml="$out/kernels.xml" \
+  -p no:cacheprovider -q -rfEs || status=$?
+if [ "$bench" = 1 ]; then
+  python3 -m benchmarks.bench_decode --out "$out" || status=$?
+fi
+echo "gpu_evidence: exit status $status"
+exit "$status"

@@ -1,0 +1,545 @@
+"""A test double of AMD AITER's Python API, for the ROCm adapter's wiring tests only.
+
+`AiterStandin` builds in-process modules ``aiter``, ``aiter.dtypes``, ``aiter.mla`` and
+``aiter.jit.utils.chip_info`` with AITER's exact signatures (positional order, defaults) for
+the three calls the adapter makes, and `AiterStandin.install` puts them into ``sys.modules``
+through a pytest ``monkeypatch``. Behind the signatures:
+
+- ``get_mla_metadata_info_v1`` is the suite's `metadata_buffer_sizes`, with AITER's dtype
+  comparisons (``q_dtype == dtypes.fp8``, ``== dtypes.bf16``: any other dtype, None
+  included, is "neither") and the CU count of ``get_cu_num()``;
+- ``get_mla_metadata_v1`` is the reference planner with AITER's argument handling: legacy
+  ``dtype_q``/``dtype_kv`` aliases, **None means bf16**, rope dtypes default to the nope
+  ones, a dtype outside ``aiter.dtypes`` (the other fp8 flavour) is rejected, the CU count
+  is the device's (not ``get_cu_num()``), and results are written through the buffers as raw
+  memory: whatever is passed in a buffer position is written, a write past a buffer's end is
+  truncated and logged in `out_of_bounds` (on hardware it corrupts the neighbouring memory);
+  ``max_seqlen_qo=-1`` (AITER's default) is reproduced where it is exact (gfx942, 16 heads,
+  at most 8 q tokens: qo-splitting on gives one tile, tail threshold off);
+- ``mla.mla_decode_fwd`` reads the work lists through ``work_meta_data``'s pointers, folds
+  heads by ``aiter/mla.py``'s own predicate (not the plan's), applies AITER's batch gate
+  (``AITER_MLA_DECODE_PERSISTENT_MAX_BATCH``, read once) and computes with
+  `kernels.plan_exec.execute_plan` (AITER's fp8 rule: P rounded to q's fp8 dtype).
+
+Inputs the stand-in does not reproduce raise `StandinLimitation`. Every module carries
+``__standin__ = True``: the adapter refuses it unless a selftest sets
+``backends.rocm_aiter.ALLOW_STANDIN``, so results obtained with it can never be reported as a
+rocm conformance run.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from conformance.persistent.plan import WorkPlan
+from conformance.persistent.planner import _plan, plan_persistent_decode
+from conformance.persistent.sizing import metadata_buffer_sizes
+from kernels.fp8 import fp8_dtype_for_arch
+from kernels.plan_exec import execute_plan
+
+STANDIN_VERSION = "0.0.0+selftest-standin"
+GATE_ENV = "AITER_MLA_DECODE_PERSISTENT_MAX_BATCH"
+GATE_DEFAULT = 32
+MLA_VERSION_V32 = 0
+
+
+class StandinLimitation(NotImplementedError):
+    """An input whose AITER behaviour the stand-in does not reproduce."""
+
+
+@dataclass(frozen=True)
+class StandinCall:
+    """One call into the stand-in: the function's name and its raw arguments."""
+
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+class AiterStandin:
+    """AITER for one fake device: ``arch``, ``num_cus`` (hipDeviceProp) and ``cu_num``
+    (``get_cu_num()``, AITER's ``CU_NUM`` or rocminfo; defaults to ``num_cus``)."""
+
+    def __init__(
+        self,
+        *,
+        arch: str,
+        num_cus: int,
+        cu_num: int | None = None,
+        fp8: torch.dtype | None = None,
+    ) -> None:
+        self.arch = arch
+        self.num_cus = num_cus
+        self.cu_num = num_cus if cu_num is None else cu_num
+        self.fp8 = fp8_dtype_for_arch(arch) if fp8 is None else fp8
+        self.calls: list[StandinCall] = []
+        self.decode_paths: list[str] = []
+        self.out_of_bounds: list[str] = []
+        self._gate: int | None = None
+        self.modules = self._build_modules()
+
+    # -- installation -----------------------------------------------------------------
+
+    def _recorded(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """`function` (a bound method with AITER's signature) that logs its raw call."""
+
+        @functools.wraps(function)
+        def entry(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(StandinCall(function.__name__, args, kwargs))
+            return function(*args, **kwargs)
+
+        return entry
+
+    def _build_modules(self) -> dict[str, types.ModuleType]:
+        def module(name: str, **attributes: Any) -> types.ModuleType:
+            made = types.ModuleType(name, f"selftest stand-in of {name} (not AMD AITER)")
+            made.__dict__.update(__standin__=True, **attributes)
+            return made
+
+        dtypes = module(
+            "aiter.dtypes",
+            fp8=self.fp8,
+            bf16=torch.bfloat16,
+            fp16=torch.float16,
+            fp32=torch.float32,
+            i32=torch.int32,
+            u64=torch.uint64,
+        )
+        chip_info = module(
+            "aiter.jit.utils.chip_info", get_gfx=lambda: self.arch, get_cu_num=lambda: self.cu_num
+        )
+        utils = module("aiter.jit.utils", chip_info=chip_info)
+        jit = module("aiter.jit", utils=utils)
+        mla = module(
+            "aiter.mla",
+            mla_decode_fwd=self._recorded(self.mla_decode_fwd),
+            _persistent_mla_decode_max_batch=self._persistent_mla_decode_max_batch,
+        )
+        aiter = module(
+            "aiter",
+            __version__=STANDIN_VERSION,
+            get_mla_metadata_info_v1=self._recorded(self.get_mla_metadata_info_v1),
+            get_mla_metadata_v1=self._recorded(self.get_mla_metadata_v1),
+            dtypes=dtypes,
+            mla=mla,
+            jit=jit,
+        )
+        return {
+            "aiter": aiter,
+            "aiter.dtypes": dtypes,
+            "aiter.mla": mla,
+            "aiter.jit": jit,
+            "aiter.jit.utils": utils,
+            "aiter.jit.utils.chip_info": chip_info,
+        }
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Put the stand-in modules into ``sys.modules`` for the test's duration."""
+        for name, made in self.modules.items():
+            monkeypatch.setitem(sys.modules, name, made)
+
+    def calls_to(self, name: str) -> list[StandinCall]:
+        """The logged calls of one function, oldest first."""
+        return [call for call in self.calls if call.name == name]
+
+    # -- dtypes as AITER sees them ----------------------------------------------------
+
+    def _sizing_dtype(self, dtype: object) -> torch.dtype:
+        """What ``get_mla_metadata_info_v1``'s ``== dtypes.fp8`` / ``== dtypes.bf16`` see."""
+        if dtype == self.fp8 or dtype == torch.bfloat16:
+            return dtype  # type: ignore[return-value]
+        return torch.float16  # "neither": what AITER's sizing makes of None or another dtype
+
+    def _dtype_id(self, dtype: object) -> object:
+        """AITER's ``_aiter_dtype_id``: None stays None, unknown dtypes raise."""
+        known = (self.fp8, torch.bfloat16, torch.float16, torch.float32)
+        if dtype is not None and dtype not in known:
+            raise AssertionError(f"Unsupported dtype: {dtype}")
+        return dtype
+
+    # -- aiter.get_mla_metadata_info_v1 ------------------------------------------------
+
+    def get_mla_metadata_info_v1(
+        self,
+        batch_size: int,
+        max_seqlen_qo: int,
+        num_head_qo: int,
+        q_dtype: torch.dtype,
+        kv_dtype: torch.dtype,
+        is_sparse: bool,
+        fast_mode: bool = True,
+        num_kv_splits: int = 32,
+        intra_batch_mode: bool = False,
+        max_split_per_batch: int = -1,
+    ) -> tuple[tuple[Any, torch.dtype], ...]:
+        """Buffer sizes: six ``(shape, dtype)`` pairs, 1-D shapes as bare ints (as AITER)."""
+        assert num_head_qo % 8 == 0
+        if intra_batch_mode or not fast_mode:
+            raise StandinLimitation("only fast_mode=True, intra_batch_mode=False is modelled")
+        sizes = metadata_buffer_sizes(
+            batch_size,
+            max_seqlen_qo,
+            num_head_qo,
+            self._sizing_dtype(q_dtype),
+            self._sizing_dtype(kv_dtype),
+            arch=self.arch,
+            num_cus=self.cu_num,
+            is_sparse=is_sparse,
+            fast_mode=fast_mode,
+            max_split_per_batch=max_split_per_batch,
+        )
+        return tuple((shape[0] if len(shape) == 1 else shape, dtype) for shape, dtype in sizes)
+
+    # -- aiter.get_mla_metadata_v1 -----------------------------------------------------
+
+    def get_mla_metadata_v1(
+        self,
+        seqlens_qo_indptr: torch.Tensor,
+        seqlens_kv_indptr: torch.Tensor,
+        kv_last_page_lens: torch.Tensor,
+        num_heads_per_head_k: int,
+        num_heads_k: int,
+        is_causal: bool,
+        work_metadata_ptrs: torch.Tensor,
+        work_info_set: torch.Tensor,
+        work_indptr: torch.Tensor,
+        reduce_indptr: torch.Tensor,
+        reduce_final_map: torch.Tensor,
+        reduce_partial_map: torch.Tensor,
+        page_size: int = 1,
+        kv_granularity: int = 16,
+        max_seqlen_qo: int = -1,
+        uni_seqlen_qo: int = -1,
+        fast_mode: bool = True,
+        topk: int = -1,
+        max_split_per_batch: int = -1,
+        intra_batch_mode: bool = False,
+        is_cp_round_robin: bool = False,
+        mla_version: int = MLA_VERSION_V32,
+        dtype_q_nope: torch.dtype | None = None,
+        dtype_q_rope: torch.dtype | None = None,
+        dtype_kv_nope: torch.dtype | None = None,
+        dtype_kv_rope: torch.dtype | None = None,
+        dtype_q: torch.dtype | None = None,
+        dtype_kv: torch.dtype | None = None,
+    ) -> None:
+        """Plan with the reference planner and write the six buffers in place."""
+        if dtype_q is not None:  # legacy aliases fill only what was not given
+            dtype_q_nope = dtype_q if dtype_q_nope is None else dtype_q_nope
+            dtype_q_rope = dtype_q if dtype_q_rope is None else dtype_q_rope
+        if dtype_kv is not None:
+            dtype_kv_nope = dtype_kv if dtype_kv_nope is None else dtype_kv_nope
+            dtype_kv_rope = dtype_kv if dtype_kv_rope is None else dtype_kv_rope
+        for dtype in (dtype_q_nope, dtype_q_rope, dtype_kv_nope, dtype_kv_rope):
+            self._dtype_id(dtype)
+        q_dtype = torch.bfloat16 if dtype_q_nope is None else dtype_q_nope  # None means bf16
+        kv_dtype = torch.bfloat16 if dtype_kv_nope is None else dtype_kv_nope
+        if num_heads_k != 1:
+            raise StandinLimitation(f"num_heads_k={num_heads_k}: MLA has one kv head")
+        if topk >= 0 or intra_batch_mode or not fast_mode or is_cp_round_robin:
+            raise StandinLimitation("only the dense fast-mode (v1.2) planner is modelled")
+        if mla_version != MLA_VERSION_V32:
+            raise StandinLimitation(f"mla_version={mla_version}: only V32 is modelled")
+        planned = dict(
+            num_heads_q=num_heads_per_head_k * num_heads_k,
+            uni_seqlen_qo=uni_seqlen_qo,
+            page_size=page_size,
+            kv_granularity=kv_granularity,
+            causal=is_causal,
+            max_split_per_batch=max_split_per_batch,
+            q_dtype=q_dtype,
+            kv_dtype=kv_dtype,
+            arch=self.arch,
+            num_cus=self.num_cus,
+        )
+        inputs = (seqlens_qo_indptr, seqlens_kv_indptr, kv_last_page_lens)
+        if max_seqlen_qo >= 1:
+            plan = plan_persistent_decode(*inputs, max_seqlen_qo=max_seqlen_qo, **planned)
+        else:
+            plan = self._plan_without_max_seqlen(inputs, planned)
+        self._write_plan(
+            plan,
+            work_metadata_ptrs=work_metadata_ptrs,
+            work_info_set=work_info_set,
+            work_indptr=work_indptr,
+            reduce_indptr=reduce_indptr,
+            reduce_final_map=reduce_final_map,
+            reduce_partial_map=reduce_partial_map,
+        )
+
+    def _plan_without_max_seqlen(
+        self, inputs: tuple[torch.Tensor, ...], planned: dict[str, Any]
+    ) -> WorkPlan:
+        """AITER's plan for ``max_seqlen_qo=-1``, where the reference can reproduce it."""
+        longest = int((inputs[0][1:] - inputs[0][:-1]).max())
+        if self.arch != "gfx942" or planned["num_heads_q"] != 16 or longest > 8:
+            raise StandinLimitation(
+                "max_seqlen_qo=-1 is modelled for gfx942, 16 heads, <= 8 q tokens only"
+            )
+        # 16 heads are native with 128 packed rows: the forced qo split gives one tile per
+        # batch, as planning with the true maximum does; the tail threshold (-1) never fires.
+        return _plan(*inputs, max_seqlen_qo=longest, walk="literal", tail_rule=False, **planned)
+
+    def _store(self, name: str, buffer: torch.Tensor, values: torch.Tensor, offset: int) -> None:
+        """Write `values` into `buffer`'s memory at element `offset`, as a raw pointer would."""
+        flat = buffer.view(-1)
+        data = values.reshape(-1).to(buffer.dtype)
+        room = max(flat.numel() - offset, 0)
+        if data.numel() > room:
+            self.out_of_bounds.append(
+                f"{name}: {data.numel()} entries written at {offset} into {flat.numel()}"
+            )
+            data = data[:room]
+        flat[offset : offset + data.numel()] = data
+
+    def _write_plan(self, plan: WorkPlan, **buffers: torch.Tensor) -> None:
+        """The planner's writes, into whatever tensors sit in the buffer positions."""
+        pointers = [buffers["work_indptr"].data_ptr(), buffers["work_info_set"].data_ptr()]
+        self._store(
+            "work_metadata_ptrs",
+            buffers["work_metadata_ptrs"],
+            torch.tensor(pointers, dtype=torch.uint64),
+            0,
+        )
+        self._store("work_indptr", buffers["work_indptr"], plan.work_indptr, 0)
+        self._store(
+            "work_info_set", buffers["work_info_set"], plan.work_info_set[: plan.num_works], 0
+        )
+        reduce = buffers["reduce_indptr"]
+        head = plan.reduce_indptr[: plan.num_tiles + 1]
+        pad = torch.full((max(reduce.numel() - head.numel(), 0),), plan.num_partials)
+        self._store("reduce_indptr", reduce, torch.cat([head, pad.to(head.dtype)]), 0)
+        for tile in plan.split_tiles():
+            self._store(
+                "reduce_final_map",
+                buffers["reduce_final_map"],
+                plan.reduce_final_map[tile],
+                2 * tile,
+            )
+        self._store(
+            "reduce_partial_map",
+            buffers["reduce_partial_map"],
+            plan.reduce_partial_map[: plan.num_partials],
+            0,
+        )
+
+    # -- aiter.mla.mla_decode_fwd ------------------------------------------------------
+
+    def _persistent_mla_decode_max_batch(self) -> int:
+        """AITER's gate value, read from the environment once (as its lru_cache does)."""
+        if self._gate is None:
+            try:
+                self._gate = int(os.environ.get(GATE_ENV, GATE_DEFAULT))
+            except ValueError:
+                self._gate = GATE_DEFAULT
+        return self._gate
+
+    def _keeps_persistent(self, bs: int, nhead: int, max_seqlen_q: int, q: Any, kv: Any) -> bool:
+        regression_profile = (
+            self.arch == "gfx950"
+            and q == torch.bfloat16
+            and kv == torch.bfloat16
+            and nhead == 16
+            and max_seqlen_q == 1
+        )
+        if not regression_profile:
+            return True
+        limit = self._persistent_mla_decode_max_batch()
+        return limit <= 0 or bs < limit
+
+    def _kernel_fold(self, nhead: int, max_seqlen_q: int, q: Any, kv: Any) -> int:
+        """``aiter/mla.py``'s native-or-fold decision (AITER_ENABLE_EXPERIMENTAL unset)."""
+        fp8 = q == self.fp8 and kv == self.fp8
+        bf16 = q == torch.bfloat16 and kv == torch.bfloat16
+        gfx942, gfx950 = self.arch == "gfx942", self.arch == "gfx950"
+        native = (
+            nhead == 16
+            or (gfx942 and nhead == 128 and fp8)
+            or (gfx950 and fp8 and nhead in (32, 64, 128))
+            or (gfx950 and nhead == 8 and fp8 and max_seqlen_q == 4)
+            or (gfx942 and nhead == 8 and bf16 and max_seqlen_q == 2)
+            or (gfx942 and nhead == 64 and fp8 and max_seqlen_q == 1)
+            or (gfx950 and bf16)
+        )
+        if native:
+            return 1
+        if nhead in range(32, 129, 16):
+            return nhead // 16
+        raise AssertionError(f"nhead={nhead} and max_seqlen_q={max_seqlen_q} not supported")
+
+    def _kernel_scales(
+        self, q: torch.dtype, kv: torch.dtype, q_scale: object, kv_scale: object
+    ) -> tuple[float, float]:
+        """The scales the kernel applies, after AITER's dtype and scale requirements."""
+        for name, dtype in (("q", q), ("kv_buffer", kv)):
+            if dtype not in (torch.bfloat16, self.fp8):
+                raise RuntimeError(f"{name}: no {self.arch} persistent MLA kernel for {dtype}")
+        if q == self.fp8 and kv != self.fp8:
+            raise RuntimeError("fp8 q with a bf16 kv buffer has no persistent MLA kernel")
+        for name, scale in (("q_scale", q_scale), ("kv_scale", kv_scale)):
+            if scale is not None and not (
+                isinstance(scale, torch.Tensor)
+                and scale.dtype == torch.float32
+                and scale.numel() == 1
+            ):
+                raise TypeError(f"{name}: expected a fp32 [1] tensor or None, found {scale!r}")
+        if q == self.fp8 and (q_scale is None or kv_scale is None):
+            raise RuntimeError("fp8 q: the kernel needs both q_scale and kv_scale")
+        q_s = float(q_scale.item()) if q == self.fp8 else 1.0  # type: ignore[union-attr]
+        kv_s = float(kv_scale.item()) if kv == self.fp8 and kv_scale is not None else 1.0  # type: ignore[union-attr]
+        return q_s, kv_s
+
+    def _plan_from_buffers(
+        self, buffers: dict[str, torch.Tensor], *, fold: int, nhead: int, max_seqlen_q: int
+    ) -> WorkPlan:
+        reduce = buffers["reduce_indptr"]
+        return WorkPlan(
+            **buffers,
+            num_works=int(buffers["work_indptr"][-1]),
+            num_partials=int(reduce[-1]),
+            num_tiles=reduce.numel() - 1,
+            fold_ratio=fold,
+            heads_per_work=nhead // fold,
+            max_seqlen_qo=max_seqlen_q,
+        )
+
+    def mla_decode_fwd(
+        self,
+        q: torch.Tensor,
+        kv_buffer: torch.Tensor,
+        o: torch.Tensor,
+        qo_indptr: torch.Tensor,
+        kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor,
+        kv_last_page_lens: torch.Tensor,
+        max_seqlen_q: int,
+        page_size: int = 1,
+        nhead_kv: int = 1,
+        sm_scale: float | None = None,
+        logit_cap: float = 0.0,
+        num_kv_splits: int | None = None,
+        num_kv_splits_indptr: torch.Tensor | None = None,
+        work_meta_data: torch.Tensor | None = None,
+        work_indptr: torch.Tensor | None = None,
+        work_info_set: torch.Tensor | None = None,
+        reduce_indptr: torch.Tensor | None = None,
+        reduce_final_map: torch.Tensor | None = None,
+        reduce_partial_map: torch.Tensor | None = None,
+        q_scale: torch.Tensor | None = None,
+        kv_scale: torch.Tensor | None = None,
+        intra_batch_mode: bool = False,
+        return_logits: bool = False,
+        return_lse: bool = False,
+        g_kv_indptr: torch.Tensor | None = None,
+        cp_world_size: int = 1,
+        cp_rank: int = 0,
+        causal: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Decode into `o` in place; returns ``(partial logits, final_lse or None)``."""
+        assert logit_cap <= 0, f"{logit_cap=} is not support yet"
+        if kv_buffer.dim() != 4 or nhead_kv != 1 or kv_buffer.shape[2] != 1:
+            raise StandinLimitation("only kv_buffer [num_page, page_size, 1, 576] is modelled")
+        if intra_batch_mode or g_kv_indptr is not None or cp_world_size != 1:
+            raise StandinLimitation("intra-batch and context-parallel modes are not modelled")
+        if sm_scale is None:
+            sm_scale = 1.0 / math.sqrt(kv_buffer.shape[-1])
+        _, nhead, v_head_dim = o.shape
+        batch = qo_indptr.shape[0] - 1
+        q_s, kv_s = self._kernel_scales(q.dtype, kv_buffer.dtype, q_scale, kv_scale)
+        persistent = work_meta_data is not None
+        if persistent and num_kv_splits is None:
+            persistent = self._keeps_persistent(
+                batch, nhead, max_seqlen_q, q.dtype, kv_buffer.dtype
+            )
+        self.decode_paths.append("persistent" if persistent else "non-persistent")
+        if persistent:
+            pointers = [int(v) for v in work_meta_data.cpu().tolist()]  # type: ignore[union-attr]
+            expected = [work_indptr.data_ptr(), work_info_set.data_ptr()]  # type: ignore[union-attr]
+            if pointers != expected:
+                raise RuntimeError(
+                    f"work_meta_data holds {[hex(p) for p in pointers]}, not the addresses of "
+                    f"work_indptr/work_info_set {[hex(p) for p in expected]}: the asm kernel "
+                    f"reads its work lists through these pointers"
+                )
+            fold = self._kernel_fold(nhead, max_seqlen_q, q.dtype, kv_buffer.dtype)
+            buffers = {
+                "work_indptr": work_indptr,
+                "work_info_set": work_info_set,
+                "reduce_indptr": reduce_indptr,
+                "reduce_final_map": reduce_final_map,
+                "reduce_partial_map": reduce_partial_map,
+            }
+            plan = self._plan_from_buffers(
+                buffers,
+                fold=fold,
+                nhead=nhead,
+                max_seqlen_q=max_seqlen_q,  # type: ignore[arg-type]
+            )
+        else:  # AITER's split-KV kernel: modelled by a plan of its own
+            lens = (qo_indptr[1:] - qo_indptr[:-1]).cpu()
+            uniform = bool((lens == max_seqlen_q).all())
+            plan = plan_persistent_decode(
+                qo_indptr,
+                kv_indptr,
+                kv_last_page_lens,
+                num_heads_q=nhead,
+                max_seqlen_qo=max_seqlen_q,
+                uni_seqlen_qo=max_seqlen_q if uniform else -1,
+                page_size=page_size,
+                kv_granularity=max(page_size, 16),
+                causal=causal,
+                max_split_per_batch=-1,
+                q_dtype=q.dtype,
+                kv_dtype=kv_buffer.dtype,
+                arch=self.arch,
+                num_cus=self.num_cus,
+            )
+        result = execute_plan(
+            plan,
+            q,
+            kv_buffer,
+            kv_indptr=kv_indptr,
+            kv_indices=kv_indices,
+            kv_last_page_lens=kv_last_page_lens,
+            page_size=page_size,
+            sm_scale=float(sm_scale),
+            q_scale=q_s,
+            kv_scale=kv_s,
+            causal=causal,
+            kv_lora_rank=v_head_dim,
+        )
+        written = ~torch.isnan(result.out).all(dim=-1)
+        o[written] = result.out[written].to(device=o.device, dtype=o.dtype)
+        logits = result.partial_out.reshape(-1, 1, result.partial_out.shape[1], v_head_dim)
+        return logits, (result.lse if return_lse else None)
+
+
+def install_standin_backend(
+    monkeypatch: pytest.MonkeyPatch, *, arch: str = "gfx942", num_cus: int = 8, **standin: Any
+) -> tuple[Any, AiterStandin]:
+    """A fresh `RocmAiterBackend` on a fake CPU "device" over an installed stand-in.
+
+    Fakes the adapter's own probes (``torch_hip_version``, ``probe_device``), installs the
+    stand-in modules, sets ``ALLOW_STANDIN`` and pins the persistent gate, all undone at the
+    end of the test. Returns ``(backend, standin)``.
+    """
+    from backends import rocm_aiter
+
+    made = AiterStandin(arch=arch, num_cus=num_cus, **standin)
+    made.install(monkeypatch)
+    device = rocm_aiter.RocmDevice(torch.device("cpu"), arch, num_cus, f"stand-in {arch}")
+    monkeypatch.setattr(rocm_aiter, "ALLOW_STANDIN", True)
+    monkeypatch.setattr(rocm_aiter, "torch_hip_version", lambda: "6.4.0-standin")
+    monkeypatch.setattr(rocm_aiter, "probe_device", lambda: device)
+    monkeypatch.setenv(GATE_ENV, "0")
+    return rocm_aiter.RocmAiterBackend(), made

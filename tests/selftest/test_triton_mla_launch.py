@@ -1,0 +1,187 @@
+"""Self-tests of the Triton decode's head-group launches (kernels/triton_mla.py).
+
+Two launch options read the KV of one range with several programs side by side: a folded
+plan with ``SPLIT_GROUPS`` (program g takes the works of head group g), and an unfolded plan
+made for a divisor of the head count, run once per head group. Each must give the same
+function as the plain launch: checked against an fp64 reference (tolerance as in
+test_triton_mla.py: bf16 rounding of P and O, |ΔO| ≤ 2⁻⁷·(max|V| + |O|) + 1e-5·max|V|).
+On a machine without CUDA the kernels run on the Triton interpreter (tiny shapes).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+
+import pytest
+import torch
+
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+pytest.importorskip("triton", reason="triton is not installed; the Triton MLA kernels need it")
+
+import kernels.triton_mla as tm  # noqa: E402
+from conformance.persistent import plan_persistent_decode  # noqa: E402
+
+if not ON_GPU and type(tm._persistent_mla_decode_kernel).__name__ != "InterpretedFunction":
+    tm = importlib.reload(tm)  # imported earlier without the interpreter: decorate again
+
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+PAGE = 16
+SM_SCALE = 0.5
+EPS = 2.0**-7
+
+
+def _case(kv_lens: list[int], heads: int, q_len: int, seed: int) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    pages = [math.ceil(n / PAGE) for n in kv_lens]
+    blocks = sum(pages) + 2
+    cache = (torch.randn(blocks, PAGE, 576, generator=gen) / 10).clamp(-1, 1)
+    perm = torch.randperm(blocks, generator=gen)
+    indices = perm[: sum(pages)]
+    cache[perm[sum(pages) :]] = float("nan")
+    start = 0
+    for n, p in zip(kv_lens, pages, strict=True):
+        cache[indices[start + p - 1], n - (p - 1) * PAGE :] = float("nan")  # past the end
+        start += p
+    q = torch.randn(len(kv_lens) * q_len, heads, 576, generator=gen).clamp(-4, 4)
+    last = [n - (p - 1) * PAGE for n, p in zip(kv_lens, pages, strict=True)]
+    return {
+        "q": q.to(torch.bfloat16),
+        "kv_cache": cache.to(torch.bfloat16),
+        "kv_indptr": torch.tensor([0, *torch.tensor(pages).cumsum(0).tolist()], dtype=torch.int32),
+        "kv_indices": indices.to(torch.int32),
+        "kv_last_page_lens": torch.tensor(last, dtype=torch.int32),
+        "qo_indptr": torch.arange(len(kv_lens) + 1, dtype=torch.int32) * q_len,
+    }
+
+
+def _reference(case: dict[str, torch.Tensor], kv_lens: list[int], q_len: int):
+    q = case["q"].double()
+    out = torch.zeros(q.shape[0], q.shape[1], 512, dtype=torch.float64)
+    lse = torch.zeros(q.shape[0], q.shape[1], dtype=torch.float64)
+    indptr = case["kv_indptr"].tolist()
+    for b, n in enumerate(kv_lens):
+        pos = torch.arange(n)
+        table = case["kv_indices"][indptr[b] : indptr[b + 1]].long()
+        kv = case["kv_cache"][table[pos // PAGE], pos % PAGE].double()
+        for i in range(q_len):
+            t = b * q_len + i
+            k = kv[: n - q_len + i + 1]
+            scores = q[t] @ k.T * SM_SCALE
+            lse[t] = torch.logsumexp(scores, -1)
+            out[t] = torch.softmax(scores, -1) @ k[:, :512]
+    return out, lse, kv_cache_vmax(case)
+
+
+def kv_cache_vmax(case: dict[str, torch.Tensor]) -> float:
+    """Largest |V| among the finite cache entries."""
+    v = case["kv_cache"][..., :512].double()
+    return float(v[torch.isfinite(v)].abs().max())
+
+
+def _plan(case: dict[str, torch.Tensor], *, heads: int, q_len: int, num_cus: int):
+    return plan_persistent_decode(
+        case["qo_indptr"], case["kv_indptr"], case["kv_last_page_lens"],
+        num_heads_q=heads, max_seqlen_qo=q_len, uni_seqlen_qo=q_len, page_size=PAGE,
+        kv_granularity=1, causal=True, max_split_per_batch=-1, q_dtype=torch.bfloat16,
+        kv_dtype=torch.bfloat16, arch="triton", num_cus=num_cus,
+    )  # fmt: skip
+
+
+def _run(case: dict[str, torch.Tensor], plan, **kwargs: object):
+    dev = {k: v.to(DEVICE) for k, v in case.items()}
+    tokens, heads, _ = dev["q"].shape
+    out = torch.full((tokens, heads, 512), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    lse = torch.full((tokens, heads), float("nan"), dtype=torch.float32, device=DEVICE)
+    tm.persistent_mla_decode(
+        dev["q"], dev["kv_cache"], plan.to(DEVICE), kv_indptr=dev["kv_indptr"],
+        kv_indices=dev["kv_indices"], kv_last_page_lens=dev["kv_last_page_lens"],
+        qo_indptr=dev["qo_indptr"], page_size=PAGE, sm_scale=SM_SCALE, out=out, lse=lse,
+        **kwargs,
+    )  # fmt: skip
+    return out.double().cpu(), lse.double().cpu()
+
+
+def assert_close_to_reference(
+    *,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    ref_out: torch.Tensor,
+    ref_lse: torch.Tensor,
+    v_max: float,
+) -> None:
+    """Every element written and within the bf16 error model of the fp64 reference."""
+    __tracebackhide__ = True
+    assert torch.isfinite(out).all(), "an output element is NaN/inf (unwritten or bad read)"
+    tol = EPS * (v_max + ref_out.abs()) + 1e-5 * v_max
+    err = (out - ref_out).abs()
+    assert (err <= tol).all(), f"max |O - ref| - tol = {float((err - tol).max()):.3e}"
+    assert float((lse - ref_lse).abs().max()) <= 1e-4, "LSE off the reference"
+
+
+KV_LENS = [70, 23, 41]
+
+
+@pytest.mark.parametrize("q_len", [1, 2])
+def test_split_groups_of_a_folded_plan(q_len: int) -> None:
+    # 128 heads fold into 2 groups of 64 (triton profile); 5 programs split the requests.
+    case = _case(KV_LENS, heads=128, q_len=q_len, seed=1)
+    plan = _plan(case, heads=128, q_len=q_len, num_cus=5 if q_len == 1 else 17)
+    assert plan.fold_ratio == 2 and plan.num_partials > 0, "the case tests nothing"
+    ref_out, ref_lse, v_max = _reference(case, KV_LENS, q_len)
+    out, lse = _run(case, plan, config={"SPLIT_GROUPS": True})
+    assert_close_to_reference(out=out, lse=lse, ref_out=ref_out, ref_lse=ref_lse, v_max=v_max)
+    plain_out, plain_lse = _run(case, plan)
+    assert torch.equal(out, plain_out) and torch.equal(lse, plain_lse), (
+        "a group-split launch must compute every work exactly as the plain launch does"
+    )
+
+
+def test_unfolded_plan_run_once_per_head_group() -> None:
+    # A 16-head plan run for 32 heads: two programs per slice, heads 0-15 and 16-31.
+    case = _case(KV_LENS, heads=32, q_len=2, seed=2)
+    plan = _plan(case, heads=16, q_len=2, num_cus=4)
+    assert plan.fold_ratio == 1 and plan.heads_per_work == 16 and plan.num_partials > 0
+    ref_out, ref_lse, v_max = _reference(case, KV_LENS, 2)
+    out, lse = _run(case, plan)
+    assert_close_to_reference(out=out, lse=lse, ref_out=ref_out, ref_lse=ref_lse, v_max=v_max)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the reduce merges unwritten partials
+@pytest.mark.parametrize("mode", ["split-groups", "head-groups"])
+def test_negative_control_a_launch_that_skips_a_head_group_is_caught(mode: str) -> None:
+    # Broken on purpose (_fault="skip_head_group"): the programs of head group 1 do nothing,
+    # so half of the heads stay NaN-prefilled and the reference check must reject them.
+    heads = 128 if mode == "split-groups" else 32
+    case = _case(KV_LENS, heads=heads, q_len=1, seed=3)
+    plan = _plan(case, heads=heads if mode == "split-groups" else 16, q_len=1, num_cus=3)
+    ref_out, ref_lse, v_max = _reference(case, KV_LENS, 1)
+    config = {"SPLIT_GROUPS": True} if mode == "split-groups" else None
+    out, lse = _run(case, plan, config=config, _fault="skip_head_group")
+    with pytest.raises(AssertionError, match="NaN/inf"):
+        assert_close_to_reference(out=out, lse=lse, ref_out=ref_out, ref_lse=ref_lse, v_max=v_max)
+
+
+def test_heads_that_fit_no_plan_layout_are_rejected() -> None:
+    case = _case(KV_LENS, heads=128, q_len=1, seed=4)
+    plan = _plan(case, heads=128, q_len=1, num_cus=3)
+    with pytest.raises(ValueError, match="heads_per_work=64"):
+        _run({**case, "q": case["q"][:, :96].contiguous()}, plan)  # 96 ≠ 64 × 2
+
+
+@pytest.mark.parametrize("q_len", [1, 2])
+def test_register_prefetch_loop_computes_what_the_pipelined_loop_does(q_len: int) -> None:
+    # The hand-prefetched main loop (used where Triton does not pipeline the loads) must give
+    # the same bits as the plain loop, splits and causal tails included.
+    case = _case(KV_LENS, heads=16, q_len=q_len, seed=5)
+    plan = _plan(case, heads=16, q_len=q_len, num_cus=4)
+    assert plan.num_partials > 0, "the case tests nothing"
+    ref_out, ref_lse, v_max = _reference(case, KV_LENS, q_len)
+    out, lse = _run(case, plan, config={"REG_PREFETCH": True})
+    assert_close_to_reference(out=out, lse=lse, ref_out=ref_out, ref_lse=ref_lse, v_max=v_max)
+    plain_out, plain_lse = _run(case, plan, config={"REG_PREFETCH": False})
+    assert torch.equal(out, plain_out) and torch.equal(lse, plain_lse)
