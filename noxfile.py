@@ -162,9 +162,14 @@ def _worker_args(backend: str, posargs: list[str]) -> list[str]:
     if any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) for arg in posargs):
         return []
     if backend in ("cpu", "interpret"):
-        return ["-n", "2"]
+        return ["-n", "2"]  # with OMP_NUM_THREADS=1 (see _conformance)
     gpus = int(os.environ.get("MLA_GPU_COUNT", "1") or 1)
     return ["-n", str(gpus)] if gpus > 1 else []
+
+
+def _thread_env(backend: str) -> dict[str, str]:
+    """One torch thread per xdist worker on the CPU backends (two workers share 2 cores)."""
+    return {"OMP_NUM_THREADS": "1"} if backend in ("cpu", "interpret") else {}
 
 
 def _conformance(session: nox.Session, backend: str, python: str, **env: str) -> None:
@@ -187,7 +192,7 @@ def _conformance(session: nox.Session, backend: str, python: str, **env: str) ->
         *_worker_args(backend, session.posargs),
         *session.posargs,
         external=True,
-        env={"MLA_CONFORMANCE_BACKEND": backend, **env},
+        env={"MLA_CONFORMANCE_BACKEND": backend, **_thread_env(backend), **env},
         success_codes=[0, 5],
     )
     session.log(f"JUnit report: {junit.relative_to(ROOT)}")

@@ -97,6 +97,8 @@ class DecodeMetadata:
     kv_last_page_lens: torch.Tensor
     """int32 [num_decodes]: valid tokens in each request's last page."""
     page_size: int
+    causal: bool = True
+    """Causal mask across the query tokens of each request."""
     plan: WorkPlan | None = None
     planner_call: dict[str, Any] = field(default_factory=dict)
     """The exact arguments given to the planner (for differential replay)."""

@@ -184,6 +184,7 @@ class MLACommonBuilder(MetadataBuilder):
             kv_indices=kv_indices.to(self.device),
             kv_last_page_lens=last.to(self.device),
             page_size=page,
+            causal=cam.causal,
         )
         if real:
             meta.planner_call = self._planner_call(real_cam, kv_indptr, last)

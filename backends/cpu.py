@@ -62,6 +62,6 @@ class CpuReferenceBackend(Backend):
             sm_scale=sm_scale,
             q_scale=q_scale,
             kv_scale=kv_scale,
-            causal=bool(decode.planner_call.get("causal", True)),
+            causal=decode.causal,
         )
         return result.out.to(torch.bfloat16), result.lse

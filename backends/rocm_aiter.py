@@ -893,7 +893,7 @@ def aiter_decode(
         q_scale=q_scale_t,
         kv_scale=kv_scale_t,
         return_lse=True,
-        causal=bool(call["causal"]),
+        causal=decode.causal,
     )
     if final_lse is None:
         raise RuntimeError("aiter.mla.mla_decode_fwd(return_lse=True) returned no LSE")

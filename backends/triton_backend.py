@@ -65,6 +65,13 @@ class _TritonBackend(Backend):
 
         if decode.plan is None:
             raise ValueError("decode.plan: expected a work plan, found None (no decode rows?)")
+        fp8_p = None
+        if q.dtype == torch.float8_e4m3fnuz:
+            # Hopper has no e4m3fnuz (gfx942's flavour); every such value is exact in bf16.
+            # P is still rounded to fp8, as the fp8-q semantics require.
+            q, fp8_p = q.to(torch.bfloat16), True
+        if kv_cache.dtype == torch.float8_e4m3fnuz:
+            kv_cache = kv_cache.to(torch.bfloat16)
         return persistent_mla_decode(
             q,
             kv_cache,
@@ -77,7 +84,8 @@ class _TritonBackend(Backend):
             sm_scale=sm_scale,
             q_scale=q_scale,
             kv_scale=kv_scale,
-            causal=bool(decode.planner_call.get("causal", True)),
+            causal=decode.causal,
+            fp8_p=fp8_p,
         )
 
 

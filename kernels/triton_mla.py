@@ -12,11 +12,22 @@ Kernel design (research note perf_anchors.md §7): (q token × head) pairs are p
 into ``BLOCK_M`` rows; each KV tile is loaded once and ``kv[:, :512]`` serves both as Kᵀ for
 QK and as V for PV, ``kv[:, 512:]`` only feeds the rope dot; ``sm_scale·q_scale·kv_scale·log2 e``
 is folded into the score scale and the softmax uses exp2; the output is multiplied by
-``kv_scale`` once at the end; accumulation is fp32 with bf16 dot operands (fp8 q/KV are
-converted to bf16 before the dot, which is exact); P is rounded to bf16 for the PV dot, or to
-e4m3 under AITER's fp8-q rule (`fp8_p`), with ΣP unrounded. The causal mask is applied by kv
-position from the global rule: query token ``i`` of a request with ``s`` q tokens and ``L`` kv
-tokens sees positions ``[0, L - s + i]``. A row that sees no kv token gets O = 0 and LSE = −inf.
+``kv_scale`` once at the end; accumulation is fp32. Dot operands: bf16 (fp8 q/KV converted to
+bf16, which is exact); with e4m3 q and e4m3 KV on a GPU the QK dot takes the e4m3 operands
+as they are and, when P is rounded to e4m3, PV runs in fp16 (e4m3 V and P are exact in fp16).
+P is rounded to bf16 for the PV dot, or to e4m3 under AITER's fp8-q rule (`fp8_p`), with ΣP
+unrounded. The causal mask is applied by kv position from the global rule: query token ``i``
+of a request with ``s`` q tokens and ``L`` kv tokens sees positions ``[0, L - s + i]``. A row
+that sees no kv token gets O = 0 and LSE = −inf.
+
+Loop structure: the tiles below every row's causal limit and the work's kv end run unmasked
+(no load masks, no score mask; the page id of the next tile is read one tile ahead, so
+Triton's pipeliner gives the KV loads all of ``num_stages``); the last, partial tiles run
+masked. Launch modes (`persistent_mla_decode`): one program per plan slice; or, to read each
+KV range with several programs side by side (the second read mostly hits L2), a grid of
+(head groups × slices) — for a folded plan with ``SPLIT_GROUPS``, or for an unfolded plan made
+for a divisor of the head count, run once per head group. The reduce merges up to 16 partials
+per step with a running max.
 
 Triton 3.9's interpreter multiplies bf16 ``tl.dot`` operands as their raw uint16 bits, so under
 the interpreter the (bf16-rounded) operands are widened to fp32 before each dot (``DOT_T``);
@@ -57,24 +68,28 @@ FAULTS: dict[str | None, int] = {
 }
 
 # Decode tile configurations keyed by (BLOCK_M, kv kind). BLOCK_M is the number of packed
-# (q token × head) rows per program iteration. Starting points from perf_anchors.md §6
-# (measured on an H200 with a non-persistent kernel); to be tuned. First H200 measurement of
-# this kernel (benchmarks/gpu_smoke_triton_mla.py, B=32, L≈4k, page 64, 132 programs, CUDA
-# graph, reduce included): H=16 bf16 97 µs (36 % of the roofline floor; num_stages 2: 93 µs,
-# BLOCK_N 32: 99 µs), H=128 bf16 181 µs (26 %; num_stages 1: 228 µs, 4 warps: 373 µs,
-# BLOCK_N 32: 235 µs), H=16 fp8 163 µs (BLOCK_N 32: 123 µs), H=128 fp8 252 µs.
+# (q token × head) rows per program iteration. Tuned on an H200 (Triton 3.6, torch 2.11) by
+# `python -m benchmarks.bench_decode --tune` (results: benchmarks/results/). Measured there:
+# 8 warps beat 4 everywhere (4 warps spill the 255-register budget); BLOCK_N 64 beats 32
+# (the page size: one page lookup per tile); 3 stages (2 KV buffers: the page id is read a
+# tile ahead) where shared memory allows, 2 at 64 rows (Q alone takes 72 KiB). Optional
+# keys: SPLIT_GROUPS (folded plans: head groups on programs side by side), QK_FP8, V_F16,
+# F16_TILE, REG_PREFETCH (fp8 code paths, see `persistent_mla_decode`).
 DECODE_CONFIGS: dict[tuple[int, str], dict[str, int]] = {
-    (16, "bf16"): {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
-    (32, "bf16"): {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
+    (16, "bf16"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
+    (32, "bf16"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
     (64, "bf16"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 2},
-    (16, "fp8"): {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
-    (32, "fp8"): {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
-    (64, "fp8"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 2},
+    (16, "fp8"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
+    (32, "fp8"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
+    (64, "fp8"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
 }
 
-# Reduce configurations keyed by heads-per-work bucket (one bucket so far: every head count).
-REDUCE_CONFIGS: dict[int, dict[str, int]] = {
-    16: {"BLOCK_H": 16, "num_warps": 4},
+# Reduce configurations: partials merged per step (BLOCK_K) and heads per program (BLOCK_H).
+# On a GPU one head per program and 16 partials per step (a 32 KiB load); under the
+# interpreter, whose cost is per program and per op, 16 heads per program.
+REDUCE_CONFIGS: dict[str, dict[str, int]] = {
+    "gpu": {"BLOCK_K": 16, "BLOCK_H": 1, "num_warps": 4},
+    "interpreter": {"BLOCK_K": 4, "BLOCK_H": 16, "num_warps": 4},
 }
 
 # num_stages that compiled, for configs whose requested depth ran out of shared memory.
@@ -489,10 +504,15 @@ def _mla_reduce_kernel(
     heads_per_work,
     fold_ratio,
     seq_q,
+    BLOCK_K: tl.constexpr,
     BLOCK_H: tl.constexpr,
     D_V: tl.constexpr,
     FAULT: tl.constexpr,
 ):
+    # One program per (qo tile, row of the tile modulo seq_q, block of BLOCK_H heads): the
+    # partials of a group are merged BLOCK_K at a time with a running max, so a long group
+    # (a small batch split over every SM) is a few wide loads, not one dependent load per
+    # partial.
     tile = tl.program_id(0)
     row_in_tile = tl.program_id(1)
     head_block = tl.program_id(2)
@@ -505,45 +525,45 @@ def _mla_reduce_kernel(
     if active:
         q_start = tl.load(reduce_final_map_ptr + 2 * tile)
         q_end = tl.load(reduce_final_map_ptr + 2 * tile + 1)
+        offs_k = tl.arange(0, BLOCK_K)
+        offs_v = tl.arange(0, D_V)
         heads = head_block * BLOCK_H + tl.arange(0, BLOCK_H)
         head_ok = heads < heads_per_work
-        offs_v = tl.arange(0, D_V)
         for vrow in range(q_start + row_in_tile, q_end, seq_q):
             j = vrow - q_start
             m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-            for k in range(k_begin, k_end):
-                prow = (tl.load(reduce_partial_map_ptr + k) + j).to(tl.int64)
-                lse_k = tl.load(
-                    part_lse_ptr + prow * stride_pl_row + heads * stride_pl_head,
-                    mask=head_ok,
-                    other=float("-inf"),
-                )
-                m = tl.maximum(m, lse_k)
-            m_ref = tl.where(m == float("-inf"), 0.0, m)
             den = tl.zeros([BLOCK_H], dtype=tl.float32)
             acc = tl.zeros([BLOCK_H, D_V], dtype=tl.float32)
-            for k in range(k_begin, k_end):
-                prow = (tl.load(reduce_partial_map_ptr + k) + j).to(tl.int64)
+            for k0 in range(k_begin, k_end, BLOCK_K):
+                ks = k0 + offs_k
+                k_ok = ks < k_end
+                prow = (tl.load(reduce_partial_map_ptr + ks, mask=k_ok, other=0) + j).to(tl.int64)
                 lse_k = tl.load(
-                    part_lse_ptr + prow * stride_pl_row + heads * stride_pl_head,
-                    mask=head_ok,
+                    part_lse_ptr + prow[:, None] * stride_pl_row + heads[None, :] * stride_pl_head,
+                    mask=k_ok[:, None] & head_ok[None, :],
                     other=float("-inf"),
-                )
-                weight = tl.exp(lse_k - m_ref)  # 0 for a −inf split
-                use = head_ok & (weight > 0.0)
+                )  # [BLOCK_K, BLOCK_H]
+                m_new = tl.maximum(m, tl.max(lse_k, axis=0))
+                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+                rescale = tl.exp(m - m_ref)  # 0 while nothing was seen
+                weight = tl.exp(lse_k - m_ref[None, :])  # 0 for a −inf split
+                use = k_ok[:, None] & head_ok[None, :] & (weight > 0.0)
                 o_k = tl.load(
                     part_o_ptr
-                    + prow * stride_po_row
-                    + heads[:, None].to(tl.int64) * stride_po_head
-                    + offs_v[None, :],
-                    mask=use[:, None],
+                    + prow[:, None, None] * stride_po_row
+                    + heads[None, :, None].to(tl.int64) * stride_po_head
+                    + offs_v[None, None, :],
+                    mask=use[:, :, None],
                     other=0.0,
-                )
-                acc += tl.where(use[:, None], weight[:, None] * o_k, 0.0)
-                den += tl.where(use, weight, 0.0)
+                )  # [BLOCK_K, BLOCK_H, D_V]
+                merged = tl.sum(tl.where(use[:, :, None], weight[:, :, None] * o_k, 0.0), axis=0)
+                acc = acc * rescale[:, None] + merged
+                den = den * rescale + tl.sum(tl.where(use, weight, 0.0), axis=0)
+                m = m_new
             seen = den > 0.0
             o = acc * tl.where(seen, 1.0 / tl.where(seen, den, 1.0), 0.0)[:, None]
-            lse = tl.where(seen, m_ref + tl.log(tl.where(seen, den, 1.0)), float("-inf"))
+            m_fin = tl.where(m == float("-inf"), 0.0, m)
+            lse = tl.where(seen, m_fin + tl.log(tl.where(seen, den, 1.0)), float("-inf"))
             token = (vrow // (fold_ratio * seq_q)) * seq_q + vrow % seq_q
             head = (vrow // seq_q) % fold_ratio * heads_per_work + heads
             o_row = token.to(tl.int64) * stride_o_tok + head.to(tl.int64) * stride_o_head
@@ -642,8 +662,8 @@ def mla_reduce(
     if num_tiles <= 0 or plan.num_partials == 0:
         return
     hpw = partial_o.shape[1]  # plan.heads_per_work, or every head for a head-group launch
-    cfg = REDUCE_CONFIGS[16]
-    block_h = min(cfg["BLOCK_H"], max(16, triton.next_power_of_2(hpw)))
+    cfg = REDUCE_CONFIGS["interpreter" if interpreted() else "gpu"]
+    block_h = min(cfg["BLOCK_H"], triton.next_power_of_2(hpw))
     grid = (num_tiles, max(1, plan.max_seqlen_qo), triton.cdiv(hpw, block_h))
     _mla_reduce_kernel[grid](
         partial_o,
@@ -664,6 +684,7 @@ def mla_reduce(
         hpw,
         plan.fold_ratio,
         max(1, plan.max_seqlen_qo),
+        BLOCK_K=cfg["BLOCK_K"],
         BLOCK_H=block_h,
         D_V=LATENT_DIM,
         FAULT=fault,
@@ -696,12 +717,18 @@ def persistent_mla_decode(
     q ``[tokens, H, 576]`` bf16 (or fp8 e4m3 with `q_scale`); kv_cache
     ``[num_blocks, page_size, 576]`` (a ``[num_blocks, page_size, 1, 576]`` view is accepted)
     bf16 or fp8 with `kv_scale`; output ``[tokens, H, 512]`` bf16 and LSE ``[tokens, H]`` fp32
-    (natural log). ``H`` must equal ``plan.heads_per_work * plan.fold_ratio``. Scales are
-    Python floats or one-element tensors (read on the device, no host sync). `fp8_p`: whether
-    P is rounded to e4m3 before ``P @ V`` (the normaliser ΣP stays unrounded); None follows
-    AITER (round iff q is fp8), as `kernels.plan_exec` does; otherwise P is rounded to bf16.
+    (natural log). ``H`` must equal ``plan.heads_per_work * plan.fold_ratio``, or be a multiple
+    of ``plan.heads_per_work`` for an unfolded plan (``fold_ratio == 1``): the plan then runs
+    once per group of ``heads_per_work`` heads, the groups' programs side by side. Scales are
+    Python floats (kernel arguments) or one-element tensors (read on the device, no host
+    sync). `fp8_p`: whether P is rounded to e4m3 before ``P @ V`` (the normaliser ΣP stays
+    unrounded); None follows AITER (round iff q is fp8), as `kernels.plan_exec` does;
+    otherwise P is rounded to bf16.
     `config` overrides the selected tile configuration (keys BLOCK_M, BLOCK_N, num_warps,
-    num_stages).
+    num_stages) and takes launch options: SPLIT_GROUPS (a folded plan's head groups on
+    programs side by side), QK_FP8 / V_F16 (fp8 tensor-core paths, default on), F16_TILE /
+    REG_PREFETCH (fp8 variants for fewer than 64 rows, default off), ABLATE (timing probes
+    only: 1 drops the PV dot, 2 the QK dot; the results are wrong).
     `_fault` is a test hook that selects a deliberately broken kernel (see `FAULTS`).
     """
     fault = _check_fault(_fault)
@@ -778,14 +805,16 @@ def persistent_mla_decode(
     v_f16 = bool(
         cfg.pop("V_F16", True) and not interpreted() and round_p and kv_cache.dtype == e4m3
     )
-    # Fewer than 64 rows (mma.sync, no fp8 operands): e4m3 q and tile go to fp16 once.
+    # Fewer than 64 rows (mma.sync, no fp8 operands): e4m3 q and tile to fp16 once (off by
+    # default: Triton then loads the tile synchronously, and it lost on the H200).
     f16_tile = bool(
-        cfg.pop("F16_TILE", True) and qk_fp8 and round_p and cfg["BLOCK_M"] < MMA_V3_MIN_ROWS
+        cfg.pop("F16_TILE", False) and qk_fp8 and round_p and cfg["BLOCK_M"] < MMA_V3_MIN_ROWS
     )
     if f16_tile:
         qk_fp8 = False
-    # Tiles converted before their dots are not pipelined by Triton: prefetch them by hand.
-    reg_prefetch = bool(cfg.pop("REG_PREFETCH", f16_tile))
+    # Tiles converted before their dots are not pipelined by Triton: they can be prefetched
+    # by hand (off by default: it lost on the H200, see DECODE_CONFIGS).
+    reg_prefetch = bool(cfg.pop("REG_PREFETCH", False))
 
     def launch(cfg: dict[str, int]) -> None:
         grid = (num_programs,) if group_mode == 0 else (groups, num_programs)

@@ -13,8 +13,12 @@ For each `GoldenCase` (serially, one thread, fixed seeds):
 A golden is refused (`GenerationError`, nothing written) unless the plan passes the
 invariants, the result agrees with the fp64 monolithic reference
 `kernels.reference.mla_decode_reference` within its `GoldenBound` (fp32 rounding for
-bf16 q, the fp32-reference error model for fp8 q), and the plan shows every feature the
-case expects (split tiles, the tail rule, fully masked split rows, ...).
+bf16 q, the fp32-reference error model for fp8 q), the plan shows every feature the
+case expects (split tiles, the tail rule, fully masked split rows, ...), and the plan for
+the case's ``alt_num_cus`` differs from it (its split layout too, when it splits).
+
+Entry points: `build_golden` (one case, nothing written), `generate` (the CLI of
+``python -m conformance.goldens generate [--check] [--only ID ...]``).
 """
 
 from __future__ import annotations

@@ -272,6 +272,7 @@ class Golden:
             kv_indices=t["kv_indices"].to(dev),
             kv_last_page_lens=t["kv_last_page_lens"].to(dev),
             page_size=self.case.page_size,
+            causal=True,
             plan=(plan if plan is not None else self.plan()).to(dev),
             planner_call=call,
         )
