@@ -26,6 +26,7 @@ from conformance.dims import MLADims
 from conformance.errors import MetadataError
 from conformance.metadata import CommonAttentionMetadata
 from conformance.persistent.planner import plan_persistent_decode
+from conformance.persistent.profiles import get_profile
 from conformance.transforms import decode_view, prefill_view
 from conformance.validate import validate
 
@@ -198,6 +199,7 @@ class MLACommonBuilder(MetadataBuilder):
         max_q = int(query_lens.max())
         uniform = bool((query_lens == max_q).all())
         page = self.config.kv_cache.block_size
+        arch = self.config.arch or self.default_arch
         return {
             "qo_indptr": cam.query_start_loc_cpu,
             "kv_indptr": kv_indptr,
@@ -206,11 +208,11 @@ class MLACommonBuilder(MetadataBuilder):
             "max_seqlen_qo": max_q,
             "uni_seqlen_qo": max_q if uniform else -1,
             "page_size": page,
-            "kv_granularity": max(page, 16),
+            "kv_granularity": get_profile(arch).default_kv_granularity(page),
             "causal": cam.causal,
             "max_split_per_batch": self.config.max_split_per_batch,
             "q_dtype": self.config.q_dtype,
             "kv_dtype": self.config.kv_cache.dtype,
-            "arch": self.config.arch or self.default_arch,
+            "arch": arch,
             "num_cus": self.config.num_cus or self.default_num_cus,
         }

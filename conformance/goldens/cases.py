@@ -94,8 +94,11 @@ class GoldenCase:
 
     @property
     def granularity(self) -> int:
-        """kv granularity in pages, as the planner receives it."""
-        return self.kv_granularity or max(self.page_size, 16)
+        """kv granularity in pages, as the planner receives it (the profile's default,
+        as the builders pass it, unless the case overrides it)."""
+        from conformance.persistent.profiles import get_profile
+
+        return self.kv_granularity or get_profile(self.arch).default_kv_granularity(self.page_size)
 
     @property
     def fp8_dtype(self) -> torch.dtype:

@@ -6,7 +6,7 @@ For each `GoldenCase` (serially, one thread, fixed seeds):
    block 0 the null block, spare blocks unused), kv tokens and q ~ N(0, 1), quantised to
    the arch's e4m3 flavour with the case's per-tensor scales where the case says fp8;
 2. the plan of the reference planner, called with what a builder passes
-   (``kv_granularity = max(page_size, 16)`` unless the case overrides it);
+   (the profile's default ``kv_granularity`` unless the case overrides it);
 3. output and LSE from `kernels.plan_exec.execute_plan` on the NaN-poisoned paged cache
    (fp32, work by work, AITER semantics: P rounded to fp8 when q is fp8).
 

@@ -76,6 +76,13 @@ PackedRowsFn = Callable[[int, int, DtypeClass, DtypeClass], int]
 """(heads_per_work, max_seqlen_qo, q class, kv class) -> packed q rows per program."""
 SizingTilesFn = Callable[[int, int, DtypeClass, DtypeClass], int]
 """(num_heads_q, effective max_seqlen_qo, q class, kv class) -> qo tiles per batch sized."""
+GranularityFn = Callable[[int], int]
+"""page_size -> the kv granularity (in pages) a builder passes to the planner."""
+
+
+def _aiter_granularity(page_size: int) -> int:
+    """AITER's callers (vLLM, op_tests) pass ``max(page_size, 16)`` pages."""
+    return max(page_size, 16)
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,7 @@ class ArchProfile:
     sizing_tiles_per_batch: SizingTilesFn
     qo_split_heads: Literal["query", "work"]
     folded_batch_tail: Literal["aiter", "tile"]
+    default_kv_granularity: GranularityFn = _aiter_granularity
     occupancy: int = 1
 
     def qo_splits(
@@ -256,6 +264,12 @@ def _triton_head_layout(
     )
 
 
+def _triton_granularity(page_size: int) -> int:
+    """Blocks of at least 16 tokens, one page once pages hold 16 tokens or more (finer
+    splits than AITER's rule, which makes 4096-token blocks at page size 64)."""
+    return max(1, 16 // page_size)
+
+
 def _triton_packed_rows(heads: int, max_seqlen_qo: int, q: DtypeClass, kv: DtypeClass) -> int:
     return TRITON_PACKED_ROWS
 
@@ -288,6 +302,7 @@ TRITON = ArchProfile(
     sizing_tiles_per_batch=_triton_sizing_tiles,
     qo_split_heads="work",
     folded_batch_tail="tile",
+    default_kv_granularity=_triton_granularity,
 )
 
 _PROFILES: dict[str, ArchProfile] = {p.name: p for p in (GFX942, GFX950, TRITON)}
