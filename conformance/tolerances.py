@@ -12,7 +12,8 @@ A *kind* names how a backend computes:
   backend); only the output is rounded to bf16, and P is rounded to fp8 when q is fp8
   (AITER's semantics).
 - ``"tensor-core"``: bf16 operands to both dots with fp32 accumulation (a Triton kernel);
-  P is rounded to bf16 before ``P @ V`` (to fp8 when q is fp8).
+  P is rounded to bf16 before ``P @ V`` (to fp8 when q is fp8). When q and the cache are
+  both fp8, ``q·k`` may run on fp8 tensor cores, whose accumulation keeps ~14 bits.
 
 The output check is element-wise ``|a - b| <= atol or |a - b| <= rtol * |b|`` plus the
 cosine bound ``1 - 2Σab / Σ(a² + b²) <= cos_diff`` (`conformance.compare`). LSE (fp32, not
@@ -31,6 +32,11 @@ from kernels.fp8 import is_fp8
 U_BF16 = 2.0**-8
 U_E4M3 = 2.0**-4
 U_FP32 = 2.0**-24
+# Hopper fp8 tensor cores keep about 14 bits when they add an MMA's products into the
+# accumulator (DeepSeek-V3 technical report, §3.3.2); one MMA instruction takes 32 fp8
+# products of the dot. docs/tolerances.md §2 gives the term this adds to the scores.
+U_FP8_MMA = 2.0**-14
+FP8_MMA_K = 32
 
 KINDS: tuple[str, ...] = ("fp32-reference", "tensor-core")
 
@@ -102,6 +108,10 @@ def error_budget(
     s1 = math.sqrt(m.qk_dim) * m.score_rms
     n_scale = 1 + int(q8) + int(kv8)
     score_err = (m.lam * math.sqrt(m.qk_dim) * u_acc + n_scale * U_FP32) * s1
+    if kind == "tensor-core" and q8 and kv8:
+        # fp8 MMA: each of the ceil(K/32) accumulation steps may lose u_fp8_mma of the
+        # running magnitude, which is at most S1; truncation is biased, so errors add up.
+        score_err += math.ceil(m.qk_dim / FP8_MMA_K) * U_FP8_MMA * s1
     # Σ p·v (accumulated like the dots) and Σ p (fp32), the divide, the kv_scale multiply.
     sqrt_l = math.sqrt(m.max_context)
     sum_err = m.lam * sqrt_l * (u_acc + U_FP32) + (1 + int(kv8)) * U_FP32
