@@ -8,11 +8,15 @@ so a pytest-xdist controller does not initialise a GPU its workers are about to 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+GIT_COMMIT_ENV = "MLA_CONFORMANCE_GIT_COMMIT"
+"""The commit a run tests, for machines whose copy of the tree has no git metadata."""
 
 # module name -> distribution names to ask importlib.metadata when the module is not imported
 TRACKED_PACKAGES: dict[str, tuple[str, ...]] = {
@@ -68,7 +72,7 @@ def _run_git(arguments: list[str], cwd: Path) -> str | None:
 
 def git_facts(cwd: Path) -> dict[str, Any]:
     """``git_commit`` (``git rev-parse HEAD``) and ``git_dirty`` of the checkout at ``cwd``."""
-    commit = _run_git(["rev-parse", "HEAD"], cwd) or None
+    commit = _run_git(["rev-parse", "HEAD"], cwd) or os.environ.get(GIT_COMMIT_ENV) or None
     status = _run_git(["status", "--porcelain", "--untracked-files=no"], cwd)
     return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
 

@@ -341,7 +341,7 @@ def _sidecar(
         "exitstatus": exitstatus,
         "args": [str(argument) for argument in config.invocation_params.args],
         "xdist_workers": len(state.worker_reports),
-        "expectations_file": str(state.expectations_file),
+        "expectations_file": _relative(state.expectations_file, config.rootpath),
         **facts,
     }
 
@@ -415,3 +415,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(
             f"shard {state.shard}: ran {selected} of {len(state.collected_ids)} items"
         )
+
+
+def _relative(path: Path, root: Path) -> str:
+    """`path` relative to the run's root directory when it lies below it (no machine paths)."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)

@@ -5,9 +5,10 @@
 # (junitparser, defusedxml) may be carried in .whl/. Runs exactly what `nox -s cuda` runs,
 # plus the Triton kernel selftests natively, then the decode benchmark, and writes into
 # OUTDIR: cuda.xml + cuda.meta.json (the conformance run), kernels.xml, versions.json,
-# bench.{json,md} and log.txt.
+# the benchmark's <date>-<gpu>.{json,md} and log.txt. A copy of the tree without git
+# metadata names its commit in MLA_CONFORMANCE_GIT_COMMIT.
 #
-#   scripts/gpu_evidence.sh OUTDIR [--no-bench]
+#   MLA_CONFORMANCE_GIT_COMMIT=<sha> scripts/gpu_evidence.sh OUTDIR [--no-bench]
 set -uo pipefail
 out=${1:?usage: scripts/gpu_evidence.sh OUTDIR [--no-bench]}
 bench=1
@@ -23,10 +24,12 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 
 python3 - "$out/versions.json" <<'PY'
-import json, platform, subprocess, sys
+import json, os, platform, subprocess, sys
 import torch
-info = {"python": platform.python_version(), "torch": torch.__version__,
-        "cuda_runtime": torch.version.cuda}
+commit = os.environ.get("MLA_CONFORMANCE_GIT_COMMIT") or "unknown"
+info = {"backend": "cuda", "source": f"scripts/gpu_evidence.sh at commit {commit}",
+        "git_commit": commit, "python": platform.python_version(),
+        "torch": torch.__version__, "cuda_runtime": torch.version.cuda}
 try:
     import triton
     info["triton"] = triton.__version__
@@ -45,8 +48,10 @@ print(json.dumps(info, indent=2))
 PY
 
 status=0
-python3 -m pytest tests/conformance --backend=cuda --junitxml="$out/cuda.xml" \
+mkdir -p reports/junit
+python3 -m pytest tests/conformance --backend=cuda --junitxml=reports/junit/cuda.xml \
   -o junit_suite_name=mla-cuda -p no:cacheprovider -q -rfEs || status=$?
+cp reports/junit/cuda.xml reports/junit/cuda.meta.json "$out/"
 python3 -m pytest tests/selftest/test_triton_mla.py --junitxml="$out/kernels.xml" \
   -p no:cacheprovider -q -rfEs || status=$?
 if [ "$bench" = 1 ]; then
