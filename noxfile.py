@@ -163,7 +163,10 @@ def _worker_args(backend: str, posargs: list[str]) -> list[str]:
         return []
     if backend in ("cpu", "interpret"):
         return ["-n", "2"]  # with OMP_NUM_THREADS=1 (see _conformance)
-    gpus = int(os.environ.get("MLA_GPU_COUNT", "1") or 1)
+    text = os.environ.get("MLA_GPU_COUNT", "1") or "1"
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"MLA_GPU_COUNT={text!r}: expected a whole number of GPUs (>= 1)")
+    gpus = int(text)
     return ["-n", str(gpus)] if gpus > 1 else []
 
 
@@ -190,7 +193,7 @@ def _conformance(
         "pytest",
         "tests/conformance",
         f"--backend={backend}",
-        f"--junitxml={junit}",
+        f"--junitxml={junit.relative_to(ROOT)}",  # relative: no machine path in the sidecar
         "-o",
         f"junit_suite_name=mla-{backend}",
         "-p",
@@ -255,7 +258,7 @@ def goldens(session: nox.Session) -> None:
     session.run(python, "-m", "conformance.goldens", "generate", *session.posargs, external=True)
 
 
-@nox.session(tags=["gpu"])
+@nox.session  # no backend tag: the CI matrix (`nox --json -l -t cpu gpu`) leaves it out
 def bench(session: nox.Session) -> None:
     """Planner benchmark (CPU), then the Triton decode benchmark (needs CUDA; says so if not)."""
     python = _gpu_python(session)

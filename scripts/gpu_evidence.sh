@@ -19,8 +19,9 @@ exec > >(tee "$out/log.txt") 2>&1
 export PYTHONUNBUFFERED=1 MLA_CONFORMANCE_BACKEND=cuda
 
 if ls .whl/*.whl >/dev/null 2>&1; then
+  site_dir=$(mktemp -d)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/mla-site .whl/*.whl && export PYTHONPATH=/tmp/mla-site${PYTHONPATH:+:$PYTHONPATH}
+    --target "$site_dir" .whl/*.whl && export PYTHONPATH=$site_dir${PYTHONPATH:+:$PYTHONPATH}
 fi
 
 python3 - "$out/versions.json" <<'PY'
@@ -48,10 +49,13 @@ print(json.dumps(info, indent=2))
 PY
 
 status=0
-mkdir -p reports/junit
-python3 -m pytest tests/conformance --backend=cuda --junitxml=reports/junit/cuda.xml \
+# Into a new folder of its own under reports/ (a relative path, so the sidecar records no
+# machine path), then copied to OUTDIR; reports/junit/ is left untouched.
+run_dir=reports/gpu-evidence-$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$run_dir"
+python3 -m pytest tests/conformance --backend=cuda --junitxml="$run_dir/cuda.xml" \
   -o junit_suite_name=mla-cuda -p no:cacheprovider -q -rfEs || status=$?
-cp reports/junit/cuda.xml reports/junit/cuda.meta.json "$out/"
+cp "$run_dir"/cuda.xml "$run_dir"/cuda.meta.json "$out"/ || status=$?
 python3 -m pytest tests/selftest/test_triton_mla.py --junitxml="$out/kernels.xml" \
   -p no:cacheprovider -q -rfEs || status=$?
 if [ "$bench" = 1 ]; then

@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from conformance.goldens.store import GOLDENS_ENV, default_root
+from conformance.goldens.store import GOLDENS_ENV
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--dir",
         default=None,
-        help=f"golden directory (default: ${GOLDENS_ENV} or {default_root()})",
+        help=f"golden directory (default: ${GOLDENS_ENV} or tests/goldens)",
     )
     return parser
 

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
+import shutil
+import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from conformance.sharding import parse_junit_name
-from conformance.signoff.atomic import atomic_write_bytes, atomic_write_text
+from conformance.signoff.atomic import atomic_write_bytes, atomic_write_text, current_umask
 from conformance.signoff.discovery import SIDECAR_SUFFIX, discover
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.loading import MAX_JUNIT_BYTES, load_json_object, load_sidecar
@@ -126,7 +129,8 @@ def save_evidence(
 ) -> Path:
     """Copy ``backend``'s reports and sidecars from ``junit_dir`` into a new evidence directory.
 
-    Writes ``versions.json`` from the sidecars. Refuses to overwrite an existing directory.
+    Writes ``versions.json`` from the sidecars. The directory is filled under a temporary name
+    and renamed when complete; an existing directory is never overwritten.
     """
     day = (date or dt.date.today()).isoformat()
     target = evidence_root / f"{day}-{backend}"
@@ -142,6 +146,30 @@ def save_evidence(
             files.append(path)
     if not files:
         raise SignoffInputError(junit_dir, f"has no JUnit report of backend {backend!r}")
+    evidence_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=evidence_root))
+    try:
+        copied, facts = _copy_reports(files, staging)
+        document = {
+            "backend": backend,
+            "date": day,
+            "source": f"{facts.get('hostname') or 'unknown host'} "
+            f"at commit {facts.get('git_commit') or 'unknown'}",
+            "files": copied,
+            **facts,
+        }
+        atomic_write_text(staging / VERSIONS_FILE, json.dumps(document, indent=2) + "\n")
+        os.chmod(staging, 0o777 & ~current_umask())
+        if target.exists():
+            raise SignoffInputError(target, "already exists; evidence is never overwritten")
+        os.rename(staging, target)  # all files appear at once, or none
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _copy_reports(files: list[Path], target: Path) -> tuple[list[str], dict[str, Any]]:
+    """Copy each JUnit file and its sidecar into `target`; the names and the first facts."""
     facts: dict[str, Any] = {}
     copied = []
     for path in files:
@@ -154,13 +182,4 @@ def save_evidence(
         if sidecar.exists() and not facts:
             document = load_sidecar(sidecar)
             facts = {key: document.get(key) for key in FACT_KEYS}
-    document = {
-        "backend": backend,
-        "date": day,
-        "source": f"{facts.get('hostname') or 'unknown host'} "
-        f"at commit {facts.get('git_commit') or 'unknown'}",
-        "files": copied,
-        **facts,
-    }
-    atomic_write_text(target / VERSIONS_FILE, json.dumps(document, indent=2) + "\n")
-    return target
+    return copied, facts

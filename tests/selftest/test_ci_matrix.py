@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import re
@@ -165,3 +166,42 @@ def test_workflow_is_plain_yaml_without_tabs(workflow: str) -> None:
     assert top_level == ["name", "on", "permissions", "env", "jobs"]
     jobs_found = re.findall(r"^  ([a-z_-]+):$", workflow[workflow.index("\njobs:") :], re.MULTILINE)
     assert jobs_found == ["plan", "conformance", "signoff"]
+
+
+def _noxfile_session_tags() -> dict[str, tuple[list[str], set[str]]]:
+    """``session -> (tags, names it calls)`` of every ``@nox.session`` in the noxfile."""
+    tree = ast.parse((WORKFLOW.parents[2] / "noxfile.py").read_text())
+    found = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for decorator in node.decorator_list:
+            call = decorator if isinstance(decorator, ast.Call) else None
+            target = call.func if call else decorator
+            if ast.unparse(target) != "nox.session":
+                continue
+            tags = next(
+                (
+                    ast.literal_eval(k.value)
+                    for k in (call.keywords if call else [])
+                    if k.arg == "tags"
+                ),
+                [],
+            )
+            calls = {ast.unparse(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+            found[node.name] = (tags, calls)
+    return found
+
+
+def test_listing_above_matches_the_noxfile() -> None:
+    sessions = _noxfile_session_tags()
+    tagged = {
+        name: tags for name, (tags, _) in sessions.items() if ci_matrix.BACKEND_TAGS & set(tags)
+    }
+    listed = {entry["session"]: entry["tags"] for entry in NOX_LISTING[:4]}
+    assert tagged == listed, f"backend-tagged noxfile sessions {tagged}, listing {listed}"
+    for name in tagged:
+        assert "_conformance" in sessions[name][1], (
+            f"nox session {name!r} carries a backend tag but runs no conformance set: the CI "
+            f"matrix would make a conformance job of it"
+        )

@@ -6,6 +6,7 @@ one deliberately broken piece and requires the run to fail, naming the field.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import ClassVar
 
@@ -14,7 +15,10 @@ import pytest
 from backends import registry
 from backends.base import MetadataBuilder, PrefillMetadata
 from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
-from conformance import batch, transforms
+from conformance import batch, metadata, transforms
+from conformance import validate as validate_module
+from conformance.audit import construction
+from conformance.errors import MetadataError
 from conformance.metadata import CommonAttentionMetadata
 
 FAMILY_A = Path(__file__).resolve().parents[1] / "conformance" / "test_metadata.py"
@@ -84,3 +88,63 @@ def test_transformation_losing_a_field_fails_family_a(pytester, monkeypatch):
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 4, outcomes  # every transform but `replace`
     result.stdout.fnmatch_lines(["*dropped 'positions'*"])
+
+
+def test_new_cam_field_fails_the_pinned_field_set(pytester, monkeypatch):
+    real = metadata.cam_field_names
+    monkeypatch.setattr(metadata, "cam_field_names", lambda: (*real(), "new_field"))
+    result = run_family_a(pytester, "-k", "cam_field_set_is_pinned")
+    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
+    result.stdout.fnmatch_lines(
+        ["*fields changed (added [[]'new_field'[]], removed [[][]])*", "*conformance/batch.py:*"],
+        consecutive=False,
+    )
+
+
+def test_unexercised_construction_site_fails_family_a(pytester, monkeypatch):
+    real = construction.find_construction_sites
+
+    def with_an_unexercised_site(*args, **kwargs) -> list[construction.ConstructionSite]:
+        sites = real(*args, **kwargs)
+        return [*sites, dataclasses.replace(sites[0], qualname="rogue_factory")]
+
+    monkeypatch.setattr(construction, "find_construction_sites", with_an_unexercised_site)
+    result = run_family_a(pytester, "-k", "every_construction_site_is_exercised")
+    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
+    result.stdout.fnmatch_lines(["*without an exercising call: [[]'*::rogue_factory'[]]*"])
+
+
+def test_construction_site_missing_a_field_fails_family_a(pytester, monkeypatch, tmp_path):
+    broken = tmp_path / "benchmarks" / "runner.py"
+    broken.parent.mkdir()
+    broken.write_text(
+        "from conformance.metadata import CommonAttentionMetadata\n\n\n"
+        "def build(**required):\n"
+        "    return CommonAttentionMetadata(\n"
+        + "".join(f"        {name}=required[{name!r}],\n" for name in metadata.REQUIRED_FIELDS)
+        + "    )\n"
+    )
+    real = construction.audit_construction
+    monkeypatch.setattr(
+        construction, "audit_construction", lambda *a, **k: [*real(*a, **k), *real(tmp_path)]
+    )
+    result = run_family_a(pytester, "-k", "construction_audit_is_clean")
+    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
+    result.stdout.fnmatch_lines([f"*{broken}:5: CAM001 *seq_lens_cpu_upper_bound*"])
+
+
+def test_validator_accepting_an_unordered_batch_fails_family_a(pytester, monkeypatch):
+    real = validate_module.validate
+
+    def ignores_order(cam, **kwargs) -> None:
+        """BROKEN: a validator without the decodes-first ordering check."""
+        try:
+            real(cam, **kwargs)
+        except MetadataError as error:
+            if not error.field.startswith("query_start_loc_cpu"):
+                raise
+
+    monkeypatch.setattr(validate_module, "validate", ignores_order)
+    result = run_family_a(pytester, "-k", "unordered_batch_is_rejected")
+    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
+    result.stdout.fnmatch_lines(["*DID NOT RAISE*"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 from junitparser import JUnitXml
 
 from conformance.signoff import cli
+from conformance.signoff import evidence as evidence_module
+from conformance.signoff.atomic import atomic_write_text
 from conformance.signoff.collect import collect_ids, parse_collect_output
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.errors import SignoffInputError
@@ -243,6 +246,25 @@ def test_save_evidence_copies_a_run_for_committing(laptop: Path, capsys) -> None
     assert run_cli("--save-evidence", "rocm") == 0
     assert "evidence saved in" in capsys.readouterr().out
     assert run_cli("--save-evidence", "metal") == 2
+
+
+def test_save_evidence_interrupted_leaves_nothing_behind(laptop: Path, monkeypatch) -> None:
+    def disk_full(path: Path, text: str) -> None:
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(evidence_module, "atomic_write_text", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        save_evidence(laptop / "junit", "cpu", laptop / "evidence")
+    assert list((laptop / "evidence").iterdir()) == [], "a half-written evidence folder is left"
+
+
+def test_reports_are_written_with_the_umask_not_0600(tmp_path: Path) -> None:
+    mask = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "signoff.md", "verdict\n")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "signoff.md").stat().st_mode & 0o777 == 0o644
 
 
 # --- real pytest output ---------------------------------------------------------------------

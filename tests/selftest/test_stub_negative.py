@@ -23,9 +23,10 @@ from backends import registry
 from backends.base import BuilderConfig, KVCacheSpec, MetadataBuilder
 from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
 from conformance import batch
+from conformance import stubs as stubs_module
 from conformance.audit import LayerProtocol, run_audit
 from conformance.cli import main as conformance_main
-from conformance.dims import DEEPSEEK_R1, get_mla_dims
+from conformance.dims import DEEPSEEK_R1, MODEL_PRESETS, get_mla_dims
 from conformance.errors import StubIncompleteError
 from conformance.layers import MLA_BUILDER_LAYER_PROTOCOL, AttentionImpl, MLAAttentionLayer
 from conformance.metadata import CommonAttentionMetadata
@@ -332,3 +333,71 @@ def test_object_new_impl_missing_num_heads_is_caught():
             cpu_builder(ReadsImplHeadsBuilder), layer, [mixed_batch()], layer_name=LAYER
         )
     assert exc.value.path == "impl.num_heads"
+
+
+# ---------------------------------------------------------------------------- family B checks
+
+
+class MalformedDeclarationBackend(CpuReferenceBackend):
+    """BROKEN: declares a path that is no dotted identifier and a child without its parent."""
+
+    name: ClassVar[str] = "malformed-declaration"
+    layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL | {
+        "kv-lora-rank",
+        "quant_method.scale",
+    }
+
+
+def test_malformed_declaration_fails_family_b(pytester, monkeypatch):
+    register(monkeypatch, MalformedDeclarationBackend())
+    result = run_family_b(
+        pytester, "--backend", MalformedDeclarationBackend.name, "-k", "protocol_is_well_formed"
+    )
+    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
+    result.stdout.fnmatch_lines(["*not dotted identifiers: [[]'kv-lora-rank'[]]*"])
+
+    class OrphanOnly(CpuReferenceBackend):
+        name: ClassVar[str] = "orphan-declaration"
+        layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL | {
+            "quant_method.scale"
+        }
+
+    register(monkeypatch, OrphanOnly())
+    result = run_family_b(pytester, "--backend", OrphanOnly.name, "-k", "protocol_is_well_formed")
+    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
+    result.stdout.fnmatch_lines(["*parent path declared too: [[]'quant_method.scale'[]]*"])
+
+
+def test_stub_factory_with_fixed_dims_fails_family_b(pytester, monkeypatch):
+    real = stubs_module._dims_and_heads
+
+    def always_r1_dims(source: Any) -> tuple[Any, int | None, str]:
+        """BROKEN (#52139's shape): the stub's dims ignore the checkpoint it is made for."""
+        _, heads, label = real(source)
+        return get_mla_dims(DEEPSEEK_R1), heads, label
+
+    monkeypatch.setattr(stubs_module, "_dims_and_heads", always_r1_dims)
+    result = run_family_b(pytester, "-k", "stub_dims_follow_the_checkpoint")
+    differing = [
+        name
+        for name, model in MODEL_PRESETS.items()
+        if get_mla_dims(model) != get_mla_dims(DEEPSEEK_R1)
+    ]
+    assert differing, "some preset must have dims other than DeepSeek-R1's"
+    assert result.parseoutcomes().get("failed", 0) == len(differing), result.parseoutcomes()
+    result.stdout.fnmatch_lines([f"*{differing[0]}: stub * get_mla_dims *, real layer *"])
+
+
+def test_incomplete_suite_stub_factory_fails_family_b(pytester, monkeypatch):
+    real = stubs_module.make_layer_stub
+
+    def forgets_v_head_dim(*args: Any, **kwargs: Any) -> Any:
+        """BROKEN: the suite's stub factory leaves `v_head_dim` out."""
+        return real(*args, **{**kwargs, "omit": [*kwargs.get("omit", ()), "v_head_dim"]})
+
+    monkeypatch.setattr(stubs_module, "make_layer_stub", forgets_v_head_dim)
+    result = run_family_b(pytester, "-k", "suite_stub_factories_make_complete_stubs")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == len(MODEL_PRESETS) + 1, outcomes
+    assert outcomes.get("passed", 0) == 1, outcomes  # conftest.make_layer_context: a real layer
+    result.stdout.fnmatch_lines(["*StubIncompleteError*'v_head_dim'*"])
