@@ -148,3 +148,63 @@ def test_validator_accepting_an_unordered_batch_fails_family_a(pytester, monkeyp
     result = run_family_a(pytester, "-k", "unordered_batch_is_rejected")
     assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
     result.stdout.fnmatch_lines(["*DID NOT RAISE*"])
+
+
+def test_split_stopping_at_padding_rows_fails_family_a(pytester, monkeypatch):
+    real = batch.split_decodes_and_prefills
+
+    def stops_at_padding(cam, decode_threshold=1, require_uniform=False):
+        """BROKEN: a padding row (query length 0) ends the decodes (vLLM #33899)."""
+        qsl = cam.query_start_loc_cpu.tolist()
+        for row in range(cam.num_reqs):
+            if qsl[row + 1] == qsl[row]:
+                tokens = cam.num_actual_tokens
+                return row, cam.num_reqs - row, qsl[row], tokens - qsl[row]
+        return real(cam, decode_threshold, require_uniform)
+
+    monkeypatch.setattr(batch, "split_decodes_and_prefills", stops_at_padding)
+    result = run_family_a(pytester, "-k", "test_split_decodes_and_prefills")
+    assert result.parseoutcomes().get("failed", 0) == 2, result.parseoutcomes()
+    result.stdout.fnmatch_lines(["FAILED *padded_decode*", "FAILED *padded_mtp*"])
+
+
+def test_reorder_keeping_the_given_order_fails_family_a(pytester, monkeypatch):
+    monkeypatch.setattr(
+        batch, "reorder_decode_first", lambda spec, threshold=1: list(range(spec.batch_size))
+    )
+    result = run_family_a(pytester, "-k", "reorder_puts_decodes_first")
+    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
+
+
+def test_silent_deprecated_property_fails_family_a(pytester, monkeypatch):
+    def seq_lens_cpu(self) -> object:
+        """BROKEN: the deprecated property without its warning."""
+        return self.seq_lens.cpu() if self._seq_lens_cpu is None else self._seq_lens_cpu
+
+    monkeypatch.setattr(CommonAttentionMetadata, "seq_lens_cpu", property(seq_lens_cpu))
+    result = run_family_a(pytester, "-k", "seq_lens_cpu_is_deprecated")
+    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
+    result.stdout.fnmatch_lines(["*DeprecationWarning*"])
+
+
+def test_micro_batch_split_keeping_full_lengths_fails_family_a(pytester, monkeypatch):
+    monkeypatch.setattr(transforms, "_LENGTH_FIELDS", ())  # BROKEN: no shortening
+    result = run_family_a(pytester, "-k", "shortens_its_lengths")
+    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
+
+
+def test_benchmark_site_with_a_wrong_slot_fails_family_a(pytester, monkeypatch):
+    from benchmarks import metadata_runner
+
+    real = metadata_runner.build_decode_metadata
+
+    def wrong_slot(*args, **kwargs) -> CommonAttentionMetadata:
+        cam = real(*args, **kwargs)
+        slots = cam.slot_mapping.clone()
+        slots[0] += 1
+        return cam.replace(slot_mapping=slots)
+
+    monkeypatch.setattr(metadata_runner, "build_decode_metadata", wrong_slot)
+    result = run_family_a(pytester, "-k", "construction_site_output_validates")
+    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
+    result.stdout.fnmatch_lines(["*slot_mapping[[]0[]]*"])
