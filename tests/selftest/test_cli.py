@@ -1,0 +1,37 @@
+"""The ``python -m conformance`` dispatcher."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance import cli
+
+
+def test_backends_lists_every_registered_backend(capsys):
+    assert cli.main(["backends", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {row["backend"] for row in rows} >= {"cpu", "cuda", "interpret", "rocm"}
+    cpu = next(row for row in rows if row["backend"] == "cpu")
+    assert cpu == {"backend": "cpu", "available": True, "reason": ""}
+
+
+def test_unknown_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["frobnicate"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+def test_missing_dependency_is_named(monkeypatch, capsys):
+    monkeypatch.setitem(cli.SUBCOMMANDS, "backends", ("no_such_module_xyz", "broken"))
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["backends"])
+    assert exc.value.code == 2
+    assert "needs the Python package 'no_such_module_xyz'" in capsys.readouterr().err
+
+
+def test_only_the_chosen_command_is_imported(monkeypatch):
+    monkeypatch.setitem(cli.SUBCOMMANDS, "signoff", ("no_such_module_xyz", "broken"))
+    assert cli.main(["backends"]) == 0
