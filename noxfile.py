@@ -157,21 +157,32 @@ def _archive_stale_reports(session: nox.Session, backend: str, junit: Path) -> N
     session.log(f"earlier {backend} reports moved to {target.relative_to(ROOT)}")
 
 
+def _gpu_count(backend: str) -> int:
+    """GPUs to spread a GPU backend over: MLA_GPU_COUNT, else what nvidia-smi lists (cuda)."""
+    text = os.environ.get("MLA_GPU_COUNT", "")
+    if text:
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"MLA_GPU_COUNT={text!r}: expected a whole number of GPUs (>= 1)")
+        return int(text)
+    if backend == "cuda" and shutil.which("nvidia-smi"):
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+        if listing.returncode == 0:
+            return max(1, sum(line.startswith("GPU ") for line in listing.stdout.splitlines()))
+    return 1
+
+
 def _worker_args(backend: str, posargs: list[str]) -> list[str]:
-    """xdist workers: two on CPU backends, one per GPU where MLA_GPU_COUNT says so."""
+    """xdist workers: one per core on CPU backends, one per GPU on GPU backends."""
     if any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) for arg in posargs):
         return []
     if backend in ("cpu", "interpret"):
-        return ["-n", "2"]  # with OMP_NUM_THREADS=1 (see _conformance)
-    text = os.environ.get("MLA_GPU_COUNT", "1") or "1"
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"MLA_GPU_COUNT={text!r}: expected a whole number of GPUs (>= 1)")
-    gpus = int(text)
+        return ["-n", "auto"]  # with OMP_NUM_THREADS=1 (see _thread_env)
+    gpus = _gpu_count(backend)
     return ["-n", str(gpus)] if gpus > 1 else []
 
 
 def _thread_env(backend: str) -> dict[str, str]:
-    """One torch thread per xdist worker on the CPU backends (two workers share 2 cores)."""
+    """One torch thread per xdist worker on the CPU backends (one worker per core)."""
     return {"OMP_NUM_THREADS": "1"} if backend in ("cpu", "interpret") else {}
 
 
