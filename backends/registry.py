@@ -23,7 +23,7 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "cpu": "backends.cpu:CpuReferenceBackend",
     "cuda": "backends.triton_backend:CudaTritonBackend",
     "interpret": "backends.triton_backend:InterpretTritonBackend",
-    "rocm": "backends.rocm_aiter:RocmAiterBackend",
+    "rocm": "backends.rocm:RocmAiterBackend",
 }
 
 

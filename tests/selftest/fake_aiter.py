@@ -23,8 +23,8 @@ through a pytest ``monkeypatch``. Behind the signatures:
 
 Inputs the stand-in does not reproduce raise `StandinLimitation`. Every module carries
 ``__standin__ = True``: the adapter refuses it unless a selftest sets
-``backends.rocm_aiter.ALLOW_STANDIN``, so results obtained with it can never be reported as a
-rocm conformance run.
+``backends.rocm.probe.ALLOW_STANDIN``, so results obtained with it can never be reported as
+a rocm conformance run.
 """
 
 from __future__ import annotations
@@ -533,13 +533,14 @@ def install_standin_backend(
     stand-in modules, sets ``ALLOW_STANDIN`` and pins the persistent gate, all undone at the
     end of the test. Returns ``(backend, standin)``.
     """
-    from backends import rocm_aiter
+    from backends.rocm import probe
+    from backends.rocm.backend import RocmAiterBackend
 
     made = AiterStandin(arch=arch, num_cus=num_cus, **standin)
     made.install(monkeypatch)
-    device = rocm_aiter.RocmDevice(torch.device("cpu"), arch, num_cus, f"stand-in {arch}")
-    monkeypatch.setattr(rocm_aiter, "ALLOW_STANDIN", True)
-    monkeypatch.setattr(rocm_aiter, "torch_hip_version", lambda: "6.4.0-standin")
-    monkeypatch.setattr(rocm_aiter, "probe_device", lambda: device)
+    device = probe.RocmDevice(torch.device("cpu"), arch, num_cus, f"stand-in {arch}")
+    monkeypatch.setattr(probe, "ALLOW_STANDIN", True)
+    monkeypatch.setattr(probe, "torch_hip_version", lambda: "6.4.0-standin")
+    monkeypatch.setattr(probe, "probe_device", lambda: device)
     monkeypatch.setenv(GATE_ENV, "0")
-    return rocm_aiter.RocmAiterBackend(), made
+    return RocmAiterBackend(), made

@@ -1,7 +1,8 @@
 """The ROCm backend's gating: each missing piece is named, and the stand-in is never a run.
 
 The adapter's probes (``torch_hip_version``, ``probe_device``, ``import_aiter``) are faked
-one at a time; everything else is the real adapter over the stand-in of fake_aiter.py.
+one at a time in `backends.rocm.probe`, where they are looked up; everything else is the
+real adapter over the stand-in of fake_aiter.py.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from backends import rocm_aiter
-from backends.rocm_aiter import RocmAiterBackend, RocmDevice
+from backends.rocm import probe as rocm_probe
+from backends.rocm.backend import RocmAiterBackend
+from backends.rocm.probe import RocmDevice
+from conformance.errors import BackendUnavailable
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,8 +51,8 @@ def reason_of(backend: RocmAiterBackend) -> str:
 def fake_device(monkeypatch: pytest.MonkeyPatch, *, arch: str = "gfx942", num_cus: int = 8) -> None:
     """A ROCm torch with one device of `arch` (on the CPU)."""
     device = RocmDevice(torch.device("cpu"), arch, num_cus, f"fake {arch}")
-    monkeypatch.setattr(rocm_aiter, "torch_hip_version", lambda: "6.4.0-fake")
-    monkeypatch.setattr(rocm_aiter, "probe_device", lambda: device)
+    monkeypatch.setattr(rocm_probe, "torch_hip_version", lambda: "6.4.0-fake")
+    monkeypatch.setattr(rocm_probe, "probe_device", lambda: device)
 
 
 @pytest.mark.skipif(torch.version.hip is not None, reason="this torch has HIP")
@@ -60,7 +63,7 @@ def test_this_machine_reports_no_rocm_device_with_the_torch_version() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_hip_torch_without_a_gpu_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rocm_aiter, "torch_hip_version", lambda: "6.4.0-fake")
+    monkeypatch.setattr(rocm_probe, "torch_hip_version", lambda: "6.4.0-fake")
     reason = reason_of(RocmAiterBackend())
     assert reason.startswith("no ROCm device: torch") and "sees no GPU" in reason
 
@@ -76,7 +79,7 @@ def test_unimportable_aiter_gives_the_import_error(monkeypatch: pytest.MonkeyPat
     def broken() -> None:
         raise ImportError("libamdhip64.so.6: cannot open shared object file")
 
-    monkeypatch.setattr(rocm_aiter, "import_aiter", broken)
+    monkeypatch.setattr(rocm_probe, "import_aiter", broken)
     assert reason_of(RocmAiterBackend()) == (
         "aiter is not importable: ImportError: libamdhip64.so.6: cannot open shared object file"
     )
@@ -94,7 +97,7 @@ def test_missing_aiter_is_named_by_the_real_import(monkeypatch: pytest.MonkeyPat
 def test_the_standin_is_refused_without_the_selftest_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     """Negative control of item 4: a stand-in can never make `rocm` available by itself."""
     backend, _ = fake_aiter.install_standin_backend(monkeypatch)
-    monkeypatch.setattr(rocm_aiter, "ALLOW_STANDIN", False)
+    monkeypatch.setattr(rocm_probe, "ALLOW_STANDIN", False)
     assert "__standin__" in reason_of(backend)
 
 
@@ -115,20 +118,20 @@ def test_an_unavailable_backend_offers_both_archs_and_refuses_to_build() -> None
         pytest.skip("a ROCm device with aiter is present")
     assert backend.plan_archs() == ("gfx942", "gfx950")
     assert backend.plan_cu_counts() is None
-    with pytest.raises(rocm_aiter.BackendUnavailable, match="backend rocm unavailable"):
+    with pytest.raises(BackendUnavailable, match="backend rocm unavailable"):
         backend.builder_cls()
 
 
 def test_unset_gate_is_pinned_to_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     backend, _ = fake_aiter.install_standin_backend(monkeypatch)
-    monkeypatch.delenv(rocm_aiter.PERSISTENT_GATE_ENV)
+    monkeypatch.delenv(rocm_probe.PERSISTENT_GATE_ENV)
     assert backend.availability().available
-    assert os.environ[rocm_aiter.PERSISTENT_GATE_ENV] == "0"
+    assert os.environ[rocm_probe.PERSISTENT_GATE_ENV] == "0"
 
 
 def test_an_open_gate_makes_the_backend_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     backend, _ = fake_aiter.install_standin_backend(monkeypatch)
-    monkeypatch.setenv(rocm_aiter.PERSISTENT_GATE_ENV, "32")
+    monkeypatch.setenv(rocm_probe.PERSISTENT_GATE_ENV, "32")
     reason = reason_of(backend)
     assert reason.startswith("AITER_MLA_DECODE_PERSISTENT_MAX_BATCH=32:")
     assert "non-persistent" in reason
@@ -136,9 +139,9 @@ def test_an_open_gate_makes_the_backend_unavailable(monkeypatch: pytest.MonkeyPa
 
 def test_a_gate_aiter_cached_before_the_pin_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     backend, standin = fake_aiter.install_standin_backend(monkeypatch)
-    monkeypatch.setenv(rocm_aiter.PERSISTENT_GATE_ENV, "32")
+    monkeypatch.setenv(rocm_probe.PERSISTENT_GATE_ENV, "32")
     assert standin._persistent_mla_decode_max_batch() == 32  # aiter read it early
-    monkeypatch.setenv(rocm_aiter.PERSISTENT_GATE_ENV, "0")
+    monkeypatch.setenv(rocm_probe.PERSISTENT_GATE_ENV, "0")
     assert "read AITER_MLA_DECODE_PERSISTENT_MAX_BATCH=32 before" in reason_of(backend)
 
 
@@ -213,7 +216,7 @@ def test_legacy_dtype_keywords_are_used_when_that_is_all_there_is(
 
 def test_importing_the_adapter_does_not_import_aiter() -> None:
     probe = (
-        "import sys, backends.registry, backends.rocm_aiter; "
+        "import sys, backends.registry, backends.rocm; "
         "backends.registry.get_backend('rocm'); "
         "sys.exit(1 if any(m == 'aiter' or m.startswith('aiter.') for m in sys.modules) else 0)"
     )

@@ -27,9 +27,12 @@ from typing import Any
 import pytest
 import torch
 
-from backends import rocm_aiter
 from backends.base import BuilderConfig, KVCacheSpec, MLAMetadata
-from backends.rocm_aiter import AiterWorkPlan, RocmAiterBackend
+from backends.rocm import decode as rocm_decode
+from backends.rocm import planner as rocm_planner
+from backends.rocm import probe as rocm_probe
+from backends.rocm.backend import RocmAiterBackend
+from backends.rocm.planner import AiterWorkPlan
 from conformance.batch import BatchSpec, make_cam
 from conformance.dims import DEEPSEEK_R1
 from conformance.errors import BackendUnavailable, PlanError
@@ -258,7 +261,7 @@ def test_aiter_plan_matches_the_reference_and_the_call_contract(
 
 def test_the_planner_takes_the_reference_planners_arguments(rocm) -> None:
     reference = inspect.signature(plan_persistent_decode).parameters
-    ours = inspect.signature(rocm_aiter.AiterPlanner.__call__).parameters
+    ours = inspect.signature(rocm_planner.AiterPlanner.__call__).parameters
     assert [(p.name, p.kind) for p in list(ours.values())[1:]] == [
         (p.name, p.kind) for p in reference.values()
     ]
@@ -495,7 +498,7 @@ def test_a_dropped_dtype_is_caught(
     rocm, monkeypatch: pytest.MonkeyPatch, arch, heads, plan_differs
 ) -> None:
     backend, standin = rocm(arch, 8)
-    monkeypatch.setattr(rocm_aiter, "dtype_kwargs", lambda *a, **k: {})
+    monkeypatch.setattr(rocm_planner, "dtype_kwargs", lambda *a, **k: {})
     meta = build(backend, THREE, num_heads=heads, dtype="fp8")
     assert_dtypes_dropped(standin)
     with pytest.raises(AssertionError, match="called without dtype_q_nope"):
@@ -514,7 +517,7 @@ def test_a_dropped_dtype_that_overflows_work_info_set_fails_the_build(
     """gfx942 fp8 64/128 heads are native; planned as bf16 they fold into more works than
     the (fp8-sized) work_info_set holds: memory corruption on hardware, a read-back error here."""
     backend, standin = rocm("gfx942", 8)
-    monkeypatch.setattr(rocm_aiter, "dtype_kwargs", lambda *a, **k: {})
+    monkeypatch.setattr(rocm_planner, "dtype_kwargs", lambda *a, **k: {})
     with pytest.raises(PlanError, match=r"work_indptr: AITER wrote \[0, \.\.\., \d+\], expected"):
         build(backend, THREE, num_heads=heads, dtype="fp8")
     assert_dtypes_dropped(standin)
@@ -523,43 +526,43 @@ def test_a_dropped_dtype_that_overflows_work_info_set_fails_the_build(
 
 def test_a_dropped_dtype_fails_the_build_in_check_mode(rocm, monkeypatch) -> None:
     backend, _ = rocm("gfx950", 8)
-    monkeypatch.setattr(rocm_aiter, "dtype_kwargs", lambda *a, **k: {})
-    monkeypatch.setenv(rocm_aiter.CHECK_PLAN_ENV, "1")
+    monkeypatch.setattr(rocm_planner, "dtype_kwargs", lambda *a, **k: {})
+    monkeypatch.setenv(rocm_planner.CHECK_PLAN_ENV, "1")
     with pytest.raises(PlanError, match="MLA_ROCM_CHECK_PLAN=1: AITER's plan differs"):
         build(backend, BatchSpec((300, 40), (1, 1)), num_heads=48, dtype="fp8")
 
 
 def test_check_mode_passes_a_conforming_plan(rocm, monkeypatch) -> None:
     backend, _ = rocm("gfx942", 8)
-    monkeypatch.setenv(rocm_aiter.CHECK_PLAN_ENV, "1")
+    monkeypatch.setenv(rocm_planner.CHECK_PLAN_ENV, "1")
     meta = build(backend, BatchSpec((300, 40), (1, 1)), num_heads=128, dtype="fp8")
     assert meta.decode is not None and meta.decode.plan.num_works > 0
 
 
 def test_swapped_buffers_are_caught_by_the_pointer_table(rocm, monkeypatch) -> None:
     backend, _ = rocm("gfx942", 8)
-    correct = rocm_aiter.metadata_args
+    correct = rocm_planner.metadata_args
 
     def swapped(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
         made = list(correct(*args, **kwargs))
         made[7], made[8] = made[8], made[7]  # work_indptr before work_info_set: the info order
         return tuple(made)
 
-    monkeypatch.setattr(rocm_aiter, "metadata_args", swapped)
+    monkeypatch.setattr(rocm_planner, "metadata_args", swapped)
     with pytest.raises(PlanError, match=r"work_metadata_ptrs\[0\]: expected work_indptr"):
         build(backend, BatchSpec((90, 20), (1, 1)))
 
 
 def test_a_missing_max_seqlen_qo_is_caught(rocm, monkeypatch: pytest.MonkeyPatch) -> None:
     backend, standin = rocm("gfx942", 4)
-    correct = rocm_aiter.metadata_kwargs
+    correct = rocm_planner.metadata_kwargs
 
     def without_max_seqlen(**kwargs: Any) -> dict[str, Any]:
         made = correct(**kwargs)
         del made["max_seqlen_qo"]  # AITER's default -1: no tail threshold (#2106)
         return made
 
-    monkeypatch.setattr(rocm_aiter, "metadata_kwargs", without_max_seqlen)
+    monkeypatch.setattr(rocm_planner, "metadata_kwargs", without_max_seqlen)
     meta = build(backend, TAIL)
     with pytest.raises(AssertionError, match="called without max_seqlen_qo"):
         assert_metadata_call_contract(standin, meta)
@@ -603,7 +606,7 @@ def test_a_gate_aiter_reread_after_the_probe_is_refused_at_decode(rocm, monkeypa
     backend, standin = rocm("gfx950", 8)
     meta = build(backend, GATED)
     q, cache = decode_inputs(meta, GATED, num_heads=16, block_size=1)
-    monkeypatch.setenv(rocm_aiter.PERSISTENT_GATE_ENV, "32")
+    monkeypatch.setenv(rocm_probe.PERSISTENT_GATE_ENV, "32")
     standin._gate = None  # as if AITER's lru_cache had been cleared
     with pytest.raises(BackendUnavailable, match="AITER_MLA_DECODE_PERSISTENT_MAX_BATCH=32"):
         backend.decode(q, cache, meta.decode, sm_scale=SM_SCALE)
@@ -611,9 +614,13 @@ def test_a_gate_aiter_reread_after_the_probe_is_refused_at_decode(rocm, monkeypa
 
 def test_an_adapter_without_the_gate_pin_is_caught(rocm, monkeypatch) -> None:
     backend, standin = rocm("gfx950", 8)
-    for name in ("_pin_persistent_gate", "_gate_read_by_aiter", "_persistent_gate_problem"):
-        monkeypatch.setattr(rocm_aiter, name, lambda *a: None)
-    monkeypatch.delenv(rocm_aiter.PERSISTENT_GATE_ENV)  # AITER's default: 32
+    for module, name in (
+        (rocm_probe, "_pin_persistent_gate"),
+        (rocm_probe, "_gate_read_by_aiter"),
+        (rocm_decode, "_persistent_gate_problem"),
+    ):
+        monkeypatch.setattr(module, name, lambda *a: None)
+    monkeypatch.delenv(rocm_probe.PERSISTENT_GATE_ENV)  # AITER's default: 32
     meta = build(backend, GATED)
     q, cache = decode_inputs(meta, GATED, num_heads=16, block_size=1)
     backend.decode(q, cache, meta.decode, sm_scale=SM_SCALE)
