@@ -286,6 +286,7 @@ def plan_for(
     import torch
 
     from conformance.persistent import plan_persistent_decode
+    from conformance.persistent.profiles import get_profile
 
     case = batch.case
     return plan_persistent_decode(
@@ -296,7 +297,7 @@ def plan_for(
         max_seqlen_qo=case.q_len,
         uni_seqlen_qo=case.q_len,
         page_size=PAGE_SIZE,
-        kv_granularity=1,
+        kv_granularity=get_profile("triton").default_kv_granularity(PAGE_SIZE),  # as the backend
         causal=True,
         max_split_per_batch=-1,
         q_dtype=batch.q.dtype,
