@@ -104,6 +104,13 @@ class DecodeMetadata:
     """The exact arguments given to the planner (for differential replay)."""
 
 
+def require_plan(decode: DecodeMetadata) -> WorkPlan:
+    """The work plan of `decode`; a clear error when the batch had no decode rows."""
+    if decode.plan is None:
+        raise ValueError("decode.plan: expected a work plan, found None (no decode rows?)")
+    return decode.plan
+
+
 @dataclass
 class MLAMetadata:
     """What a builder's `build()` returns."""

@@ -6,7 +6,13 @@ from typing import ClassVar
 
 import torch
 
-from backends.base import Availability, Backend, DecodeMetadata, MetadataBuilder
+from backends.base import (
+    Availability,
+    Backend,
+    DecodeMetadata,
+    MetadataBuilder,
+    require_plan,
+)
 from backends.common import MLACommonBuilder
 from conformance.layers import MLA_BUILDER_LAYER_PROTOCOL
 
@@ -49,10 +55,9 @@ class CpuReferenceBackend(Backend):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         from kernels.plan_exec import execute_plan
 
-        if decode.plan is None:
-            raise ValueError("decode.plan: expected a work plan, found None (no decode rows?)")
+        plan = require_plan(decode)
         result = execute_plan(
-            decode.plan,
+            plan,
             q,
             kv_cache,
             kv_indptr=decode.kv_indptr,

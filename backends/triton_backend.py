@@ -14,7 +14,13 @@ from typing import ClassVar
 
 import torch
 
-from backends.base import Availability, Backend, DecodeMetadata, MetadataBuilder
+from backends.base import (
+    Availability,
+    Backend,
+    DecodeMetadata,
+    MetadataBuilder,
+    require_plan,
+)
 from backends.common import MLACommonBuilder
 from conformance.layers import MLA_BUILDER_LAYER_PROTOCOL
 
@@ -63,8 +69,7 @@ class _TritonBackend(Backend):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         from kernels.triton_mla import persistent_mla_decode
 
-        if decode.plan is None:
-            raise ValueError("decode.plan: expected a work plan, found None (no decode rows?)")
+        plan = require_plan(decode)
         fp8_p = None
         if q.dtype == torch.float8_e4m3fnuz:
             # Hopper has no e4m3fnuz (gfx942's flavour); every such value is exact in bf16.
@@ -75,7 +80,7 @@ class _TritonBackend(Backend):
         return persistent_mla_decode(
             q,
             kv_cache,
-            decode.plan,
+            plan,
             kv_indptr=decode.kv_indptr,
             kv_indices=decode.kv_indices,
             kv_last_page_lens=decode.kv_last_page_lens,

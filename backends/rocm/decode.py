@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from backends.base import DecodeMetadata
+from backends.base import DecodeMetadata, require_plan
 from backends.rocm.api import KV_LORA_RANK, NUM_KV_HEADS, QK_HEAD_DIM
 from backends.rocm.planner import AiterWorkPlan
 from backends.rocm.probe import AiterRuntime, RocmDevice, _persistent_gate_problem
@@ -106,8 +106,7 @@ def aiter_decode(
     kv_scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One persistent ``mla_decode_fwd`` call; see `RocmAiterBackend.decode`."""
-    if decode.plan is None:
-        raise ValueError("decode.plan: expected a work plan, found None (no decode rows?)")
+    require_plan(decode)
     call = decode.planner_call
     if not call:
         raise ValueError("decode.planner_call: expected the planner's arguments, found none")
