@@ -119,7 +119,7 @@ def _shard_arg(posargs: list[str]) -> str | None:
 
 
 def _junit_path(backend: str, posargs: list[str]) -> Path:
-    from conformance.sharding import junit_name, parse_shard
+    from conformance.harness.sharding import junit_name, parse_shard
 
     shard = _shard_arg(posargs)
     return JUNIT_DIR / junit_name(backend, parse_shard(shard) if shard else None)
@@ -132,7 +132,7 @@ def _archive_stale_reports(session: nox.Session, backend: str, junit: Path) -> N
     supersedes the unsharded file, shard files of another shard count and its own file.
     Nothing is deleted.
     """
-    from conformance.sharding import parse_junit_name
+    from conformance.harness.sharding import parse_junit_name
 
     _, shard = parse_junit_name(junit.name)
     stale = []

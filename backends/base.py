@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from conformance.dims import DEEPSEEK_R1, ModelConfig
-from conformance.metadata import CommonAttentionMetadata
+from conformance.metadata.dims import DEEPSEEK_R1, ModelConfig
+from conformance.metadata.record import CommonAttentionMetadata
 from conformance.persistent.plan import WorkPlan
 
 
@@ -154,7 +154,7 @@ class Backend(ABC):
     """Dotted attribute paths its builder reads from layer objects."""
     numerics: ClassVar[str] = "fp32-reference"
     """How its decode computes: ``fp32-reference`` or ``tensor-core`` (bf16 dot operands);
-    selects the tolerance (conformance/tolerances.py)."""
+    selects the tolerance (conformance/numerics/tolerances.py)."""
     tiny_cases_only: ClassVar[bool] = False
     """Run only the golden cases marked tiny (an interpreter is slow)."""
 

@@ -21,14 +21,14 @@ from backends.base import (
     MLAMetadata,
     PrefillMetadata,
 )
-from conformance.batch import split_decodes_and_prefills
-from conformance.dims import MLADims
 from conformance.errors import MetadataError
-from conformance.metadata import CommonAttentionMetadata
+from conformance.metadata.batch import split_decodes_and_prefills
+from conformance.metadata.dims import MLADims
+from conformance.metadata.record import CommonAttentionMetadata
+from conformance.metadata.transforms import decode_view, prefill_view
+from conformance.metadata.validator import validate
 from conformance.persistent.planner import plan_persistent_decode
 from conformance.persistent.profiles import get_profile
-from conformance.transforms import decode_view, prefill_view
-from conformance.validate import validate
 
 WORKSPACE_MAX_TOKENS = 64 * 1024
 

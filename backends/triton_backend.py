@@ -22,7 +22,7 @@ from backends.base import (
     require_plan,
 )
 from backends.common import MLACommonBuilder
-from conformance.layers import MLA_BUILDER_LAYER_PROTOCOL
+from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
 
 INTERPRET_ENV = "TRITON_INTERPRET"
 INTERPRETER_PROGRAMS = 4

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.metadata import CommonAttentionMetadata
+from conformance.metadata.record import CommonAttentionMetadata
 
 
 def build_decode_metadata(

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from conformance.cli import main
+from conformance.cli.main import main
 
 sys.exit(main())

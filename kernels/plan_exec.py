@@ -30,8 +30,8 @@ from typing import NamedTuple
 import torch
 
 from conformance.errors import PlanError
+from conformance.numerics.fp8 import is_fp8, scale_value
 from conformance.persistent.plan import WorkInfo, WorkPlan
-from kernels.fp8 import is_fp8, scale_value
 from kernels.paged import csr_token_counts, gather_csr_kv, paged_cache_view
 from kernels.reference import attend_rows
 

@@ -24,7 +24,7 @@ import itertools
 
 import torch
 
-from kernels.fp8 import round_through, scale_value
+from conformance.numerics.fp8 import round_through, scale_value
 from kernels.paged import gather_request_kv, paged_cache_view
 
 

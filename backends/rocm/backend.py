@@ -14,8 +14,8 @@ from backends.rocm.decode import aiter_decode
 from backends.rocm.planner import AiterPlanner, AiterWorkPlan
 from backends.rocm.probe import SUPPORTED_ARCHS, AiterRuntime, probe_runtime
 from conformance.errors import BackendUnavailable
-from conformance.layers import MLA_BUILDER_LAYER_PROTOCOL
 from conformance.persistent.aiter_check import aiter_plan_matches_reference
+from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
 
 
 class RocmAiterBuilder(MLACommonBuilder):

@@ -16,9 +16,9 @@ from backends.rocm.api import KV_LORA_RANK, NUM_KV_HEADS, QK_HEAD_DIM
 from backends.rocm.planner import AiterWorkPlan
 from backends.rocm.probe import AiterRuntime, RocmDevice, _persistent_gate_problem
 from conformance.errors import BackendUnavailable, PlanError
+from conformance.numerics.fp8 import is_fp8
 from conformance.persistent.aiter_check import pointer_table_problems
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
-from kernels.fp8 import is_fp8
 from kernels.paged import paged_cache_view
 
 

@@ -17,10 +17,10 @@ import torch
 from backends.rocm.api import NUM_KV_HEADS
 from backends.rocm.probe import AiterRuntime
 from conformance.errors import PlanError
+from conformance.numerics.fp8 import is_fp8
 from conformance.persistent.aiter_check import aiter_plan_matches_reference, pointer_table_problems
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
 from conformance.persistent.sizing import METADATA_BUFFERS, UNWRITTEN
-from kernels.fp8 import is_fp8
 
 CHECK_PLAN_ENV = "MLA_ROCM_CHECK_PLAN"
 """Debug mode: with ``1``, every AITER plan is compared with the reference planner's."""

@@ -29,7 +29,7 @@ from backends.rocm.api import (
     _dtype_keywords,
     _signature_problem,
 )
-from kernels.fp8 import fp8_dtype_for_arch
+from conformance.numerics.fp8 import fp8_dtype_for_arch
 
 SUPPORTED_ARCHS: tuple[str, ...] = ("gfx942", "gfx950")
 """Archs with AITER persistent MLA decode kernels: MI300 (CDNA3) and MI350 (CDNA4)."""

@@ -7,11 +7,12 @@ checked against the record's definition:
 
 * the definition is read from the audited tree when it defines a dataclass called
   ``CommonAttentionMetadata`` (so the audit follows a vLLM checkout's own record), else it
-  is this suite's `conformance.metadata.CommonAttentionMetadata`;
+  is this suite's `conformance.metadata.record.CommonAttentionMetadata`;
 * a site must pass every *needed* field: the fields without a default, plus
   ``seq_lens_cpu_upper_bound`` whenever the definition has it (MLA builders assert it on
   prefill rows: vLLM #40654 → #40844). Passing a literal ``None`` counts as leaving it out;
-* a site must not pass a deprecated field: one listed in `conformance.metadata.DEPRECATED_FIELDS`,
+* a site must not pass a deprecated field: one listed in
+  `conformance.metadata.record.DEPRECATED_FIELDS`,
   or a ``_name`` field backing a deprecated ``name`` property of the definition;
 * positional arguments fill the fields in declaration order; ``**{"literal": ...}`` dicts are
   read; any other ``*args``/``**kwargs`` makes the site unverifiable, reported only when a
@@ -79,7 +80,7 @@ class CamDefinition:
     deprecated: Mapping[str, str]
     """Deprecated parameter → what to do instead."""
     source: str
-    """Where the definition came from: ``path:line`` or ``conformance.metadata``."""
+    """Where the definition came from: ``path:line`` or ``conformance.metadata.record``."""
 
     @property
     def needed(self) -> tuple[str, ...]:
@@ -121,9 +122,9 @@ class ConstructionSite:
 
 
 def _conformance_metadata_source() -> ast.Module | None:
-    """The parse tree of `conformance.metadata`'s source, read without importing it
+    """The parse tree of `conformance.metadata.record`'s source, read without importing it
     (importing it imports torch, which an audit of another tree should not need)."""
-    spec = importlib.util.find_spec("conformance.metadata")
+    spec = importlib.util.find_spec("conformance.metadata.record")
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return None
     try:
@@ -142,10 +143,10 @@ def definition_from_conformance() -> CamDefinition:
     if module is not None:
         for node in module.body:
             if isinstance(node, ast.ClassDef) and node.name == CAM_NAME:
-                definition = definition_from_class(node, "conformance.metadata")
+                definition = definition_from_class(node, "conformance.metadata.record")
                 if definition is not None:
                     return definition
-    from conformance import metadata
+    from conformance.metadata import record as metadata
 
     init_fields = [f for f in dataclasses.fields(metadata.CommonAttentionMetadata) if f.init]
     required = frozenset(
@@ -158,13 +159,13 @@ def definition_from_conformance() -> CamDefinition:
         positional=tuple(f.name for f in init_fields if not f.kw_only),
         required=required,
         deprecated=dict(metadata.DEPRECATED_FIELDS),
-        source="conformance.metadata",
+        source="conformance.metadata.record",
     )
 
 
 @functools.cache
 def our_deprecated_fields() -> Mapping[str, str]:
-    """`conformance.metadata.DEPRECATED_FIELDS`, read from the source when it is a literal
+    """`conformance.metadata.record.DEPRECATED_FIELDS`, read from the source when it is a literal
     (no torch import), else imported."""
     module = _conformance_metadata_source()
     if module is not None:
@@ -183,7 +184,7 @@ def our_deprecated_fields() -> Mapping[str, str]:
                     break
                 if isinstance(value, dict):
                     return MappingProxyType(value)
-    from conformance.metadata import DEPRECATED_FIELDS
+    from conformance.metadata.record import DEPRECATED_FIELDS
 
     return MappingProxyType(dict(DEPRECATED_FIELDS))
 

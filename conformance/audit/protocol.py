@@ -4,7 +4,7 @@ A layer protocol is a set of dotted attribute paths a metadata builder reads fro
 objects of a ``static_forward_context`` (``prefill_backend.clone`` is a call on the
 ``prefill_backend`` attribute). By default it is the union of every registered backend's
 declaration (`backends.registry.layer_protocols()`); where that cannot be imported it is
-`conformance.layers.MLA_BUILDER_LAYER_PROTOCOL`. ``--protocol FILE`` replaces it with a
+`conformance.stubs.protocol.MLA_BUILDER_LAYER_PROTOCOL`. ``--protocol FILE`` replaces it with a
 plain-text file::
 
     # comments run from '#' to the end of the line
@@ -48,7 +48,7 @@ class LayerProtocol:
     by_backend: Mapping[str, frozenset[str]]
     """Backend (or file section) → dotted attribute paths."""
     source: str
-    """``backends.registry``, ``conformance.layers`` (fallback) or the protocol file."""
+    """``backends.registry``, ``conformance.stubs.protocol`` (fallback) or the protocol file."""
     note: str = ""
     """Why the fallback was used, when it was."""
     attributes: frozenset[str] = field(init=False)
@@ -95,12 +95,12 @@ def _validated(by_backend: Mapping[str, Iterable[str]], source: str) -> dict[str
 
 
 def fallback_protocol(note: str = "") -> LayerProtocol:
-    """`conformance.layers.MLA_BUILDER_LAYER_PROTOCOL`, as a protocol."""
-    from conformance.layers import MLA_BUILDER_LAYER_PROTOCOL
+    """`conformance.stubs.protocol.MLA_BUILDER_LAYER_PROTOCOL`, as a protocol."""
+    from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
 
     return LayerProtocol(
         {"mla": MLA_BUILDER_LAYER_PROTOCOL},
-        source="conformance.layers.MLA_BUILDER_LAYER_PROTOCOL",
+        source="conformance.stubs.protocol.MLA_BUILDER_LAYER_PROTOCOL",
         note=note,
     )
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from kernels.fp8 import fp8_dtype_for_arch
+from conformance.numerics.fp8 import fp8_dtype_for_arch
 
 DTYPE_NAMES: tuple[str, ...] = ("bf16", "fp8")
 """How the table names dtypes; ``fp8`` is the arch's e4m3 flavour (`fp8_dtype_for_arch`)."""

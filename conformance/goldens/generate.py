@@ -60,11 +60,11 @@ from conformance.goldens.tolerance import (
     check_bound,
     golden_output_bound,
 )
+from conformance.numerics.fp8 import quantize_per_tensor
 from conformance.persistent.invariants import check_plan
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
 from conformance.persistent.planner import _plan, plan_persistent_decode
 from conformance.persistent.profiles import get_profile
-from kernels.fp8 import quantize_per_tensor
 from kernels.plan_exec import PlanOutput, execute_plan
 from kernels.reference import mla_decode_reference
 
@@ -409,6 +409,14 @@ def generator_provenance() -> dict[str, Any]:
     }
 
 
+# Two generations of one golden on different CPUs (other SIMD kernels, other summation
+# order) agree to fp32 rounding only. A float buffer counts as unchanged when every element
+# is within this bound of the committed one: the bf16-q generation bound against the fp64
+# reference (`conformance.goldens.tolerance`), far below any backend tolerance.
+REGENERATION_ATOL = 1e-5
+REGENERATION_RTOL = 1e-5
+
+
 def _describe_tensor(name: str, old: torch.Tensor, new: torch.Tensor) -> str | None:
     if old.dtype != new.dtype or old.shape != new.shape:
         return f"{name}: {old.dtype} {tuple(old.shape)} -> {new.dtype} {tuple(new.shape)}"
@@ -419,9 +427,11 @@ def _describe_tensor(name: str, old: torch.Tensor, new: torch.Tensor) -> str | N
         same_inf = (a == b) | ~(torch.isinf(a) | torch.isinf(b))
         inf_moved = int((~same_inf & both).sum())
         finite = both & torch.isfinite(a) & torch.isfinite(b)
-        diff = float((a[finite] - b[finite]).abs().max()) if bool(finite.any()) else 0.0
-        if diff == 0 and not nan_moved and not inf_moved:
-            return None
+        delta = (a[finite] - b[finite]).abs()
+        diff = float(delta.max()) if bool(finite.any()) else 0.0
+        bound = REGENERATION_ATOL + REGENERATION_RTOL * a[finite].abs()
+        if not nan_moved and not inf_moved and bool((delta <= bound).all()):
+            return None  # fp32 rounding of another CPU's kernels, not a change
         extra = (
             f", {nan_moved} NaN and {inf_moved} inf position(s) moved"
             if (nan_moved or inf_moved)
@@ -512,12 +522,12 @@ def _read_old(store: GoldenStore, entry: ManifestEntry | None, case_id: str) -> 
 
 
 def _compare(old: _OldFile, new_bytes: bytes, new_content: tuple) -> list[str] | None:
-    """None when `old` holds exactly `new_bytes`; else the lines describing the change."""
+    """None when `old` holds `new_bytes` or the same content to fp32 rounding; else the change."""
     if old.content is None:
         return [old.error]
     if old.data == new_bytes:
         return None
-    return describe_changes(old.content, new_content) or ["bytes differ (same content)"]
+    return describe_changes(old.content, new_content) or None
 
 
 def _select(only: Sequence[str] | None) -> list[GoldenCase]:
@@ -557,6 +567,11 @@ def write_set(
             continue
         old = _read_old(store, old_entries.get(case_id), case_id)
         new_bytes = serialize(golden.tensors, golden.meta)
+        if case_id in old_entries and old.data is not None:
+            if _compare(old, new_bytes, (golden.tensors, golden.meta)) is None:
+                entries[case_id] = old_entries[case_id]  # keep the committed bytes
+                report.unchanged.append(case_id)
+                continue
         entries[case_id] = store.write(
             case_id,
             golden.tensors,

@@ -17,11 +17,11 @@ from typing import Any
 import torch
 
 from backends.base import BuilderConfig, DecodeMetadata, KVCacheSpec
-from conformance.batch import BatchSpec, make_cam
-from conformance.dims import DEEPSEEK_R1
 from conformance.goldens.cases import GoldenCase
 from conformance.goldens.store import GoldenError, GoldenStore, StoredGolden
-from conformance.metadata import CommonAttentionMetadata
+from conformance.metadata.batch import BatchSpec, make_cam
+from conformance.metadata.dims import DEEPSEEK_R1
+from conformance.metadata.record import CommonAttentionMetadata
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
 from kernels.paged import token_slots
 

@@ -1,6 +1,6 @@
 """Tolerances of a backend's result against a golden, derived from the fp64-reference ones.
 
-`conformance.tolerances` bounds a backend's error against the **fp64 monolithic
+`conformance.numerics.tolerances` bounds a backend's error against the **fp64 monolithic
 reference** r. A golden g is not r: it is the fp32 plan replay (AITER semantics), whose
 own error against r is bounded at generation time (`GoldenBound`, checked by
 `conformance.goldens.generate`):
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.tolerances import Tolerance, lse_tolerance_for, tolerance_for
-from kernels.fp8 import is_fp8
+from conformance.numerics.fp8 import is_fp8
+from conformance.numerics.tolerances import Tolerance, lse_tolerance_for, tolerance_for
 
 
 @dataclass(frozen=True)

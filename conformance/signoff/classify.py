@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
-from conformance.expectation_files import (
+from conformance.harness.expectations import (
     EXPECTED_SKIP_PREFIX,
     Expectation,
     match_expectation,

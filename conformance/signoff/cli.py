@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from conformance.expectation_files import DEFAULT_EXPECTATIONS_DIR
+from conformance.harness.expectations import DEFAULT_EXPECTATIONS_DIR
 from conformance.signoff.engine import SignoffOptions, SignoffUsageError, run_signoff
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.evidence import save_evidence

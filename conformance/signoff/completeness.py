@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from conformance.sharding import Shard, junit_name, parse_junit_name, shard_index_of
+from conformance.harness.sharding import Shard, junit_name, parse_junit_name, shard_index_of
 from conformance.signoff.model import BackendInput, Completeness
 
 ABNORMAL_EXIT: dict[int, str] = {2: "interrupted", 3: "internal error", 4: "usage error"}

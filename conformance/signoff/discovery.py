@@ -6,7 +6,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.sharding import parse_junit_name, sidecar_path
+from conformance.harness.sharding import parse_junit_name, sidecar_path
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.loading import MAX_JUNIT_BYTES, load_run, load_sidecar
 from conformance.signoff.model import BackendInput

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.expectation_files import (
+from conformance.harness.expectations import (
     DEFAULT_EXPECTATIONS_DIR,
     Expectation,
     ExpectationFileError,

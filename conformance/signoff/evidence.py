@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.sharding import parse_junit_name
+from conformance.harness.sharding import parse_junit_name
 from conformance.signoff.atomic import atomic_write_bytes, atomic_write_text, current_umask
 from conformance.signoff.discovery import SIDECAR_SUFFIX, discover
 from conformance.signoff.errors import SignoffInputError

@@ -16,7 +16,7 @@ from xml.etree.ElementTree import Element, ParseError
 from defusedxml import DefusedXmlException, DTDForbidden, EntitiesForbidden
 from defusedxml.ElementTree import fromstring as safe_fromstring
 
-from conformance.sharding import Shard
+from conformance.harness.sharding import Shard
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.model import CaseResult, Outcome, RunReport
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.sharding import Shard
+from conformance.harness.sharding import Shard
 
 DEFAULT_BACKENDS: tuple[str, ...] = ("cpu", "interpret", "cuda", "rocm")
 RELEASE_BACKENDS: tuple[str, ...] = ("cpu", "cuda", "rocm")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from conformance.sharding import Shard, junit_name, select_for_shard, sidecar_path
+from conformance.harness.sharding import Shard, junit_name, select_for_shard, sidecar_path
 from conformance.signoff.engine import SignoffOptions
 from conformance.signoff.machine import StaticView
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from conformance.expectation_files import Expectation
+from conformance.harness.expectations import Expectation
 from conformance.signoff.classify import classify, stale_expectations, unavailable_reason
 from conformance.signoff.completeness import check_completeness
 from conformance.signoff.model import (

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from backends.base import Backend, BuilderConfig, KVCacheSpec, MetadataBuilder
-from conformance.dims import DEEPSEEK_R1, ModelConfig
-from conformance.layers import MLAAttentionLayer
+from conformance.metadata.dims import DEEPSEEK_R1, ModelConfig
+from conformance.stubs.protocol import MLAAttentionLayer
 
 LAYER_NAME = "model.layers.0.self_attn.attn"
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import batch, metadata, transforms
 from conformance.errors import MetadataError
-from conformance.validate import validate
+from conformance.metadata import batch, transforms
+from conformance.metadata import record as metadata
+from conformance.metadata.validator import validate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -276,7 +277,7 @@ def _exercise_benchmark_runner() -> metadata.CommonAttentionMetadata:
 
 # Every construction site in this repository, with the call that exercises it.
 EXERCISED_SITES: dict[str, Callable[[], metadata.CommonAttentionMetadata]] = {
-    "conformance/batch.py::make_cam": _exercise_make_cam,
+    "conformance/metadata/batch.py::make_cam": _exercise_make_cam,
     "benchmarks/metadata_runner.py::build_decode_metadata": _exercise_benchmark_runner,
 }
 
@@ -291,7 +292,8 @@ def test_cam_field_set_is_pinned():
         )
         pytest.fail(
             f"CommonAttentionMetadata fields changed (added {added}, removed {removed}).\n"
-            f"Review every construction site, conformance/transforms.py and the builders,\n"
+            f"Review every construction site, conformance/metadata/transforms.py and the "
+            f"builders,\n"
             f"then update PINNED_CAM_FIELDS. Sites:\n  {sites}"
         )
 

@@ -34,8 +34,6 @@ import torch
 
 from backends import registry
 from backends.base import Backend, DecodeMetadata, MetadataBuilder
-from conformance.compare import CompareReport, compare
-from conformance.dims import DEEPSEEK_R1
 from conformance.goldens import (
     Golden,
     GoldenCase,
@@ -45,9 +43,11 @@ from conformance.goldens import (
     output_tolerance,
 )
 from conformance.goldens.record import plans_equal
-from conformance.layers import MLAAttentionLayer
+from conformance.metadata.dims import DEEPSEEK_R1
+from conformance.numerics.compare import CompareReport, compare
 from conformance.persistent import check_plan, plan_persistent_decode
 from conformance.persistent.plan import PLAN_BUFFERS, WorkInfo, WorkPlan
+from conformance.stubs.protocol import MLAAttentionLayer
 
 OUTPUT_DTYPES = (torch.bfloat16, torch.float32)
 """Output dtypes accepted from `Backend.decode` (bf16 per the interface; the CPU

@@ -15,19 +15,23 @@ from typing import Any
 import pytest
 
 from backends.base import MetadataBuilder
-from conformance import batch
 from conformance.audit import LayerProtocol, run_audit
 from conformance.audit.protocol import is_attribute_path
-from conformance.dims import DEEPSEEK_R1, MODEL_PRESETS, get_mla_dims
 from conformance.errors import StubIncompleteError
-from conformance.layers import MLA_BUILDER_LAYER_PROTOCOL, AttentionLayerBase, MLAAttentionLayer
-from conformance.recorder import log_of, record_layer
-from conformance.stubs import (
+from conformance.metadata import batch
+from conformance.metadata.dims import DEEPSEEK_R1, MODEL_PRESETS, get_mla_dims
+from conformance.stubs.factory import (
     assert_layer_protocol_matches,
     make_layer_stub,
     record_builder_reads,
     require_complete_stub,
 )
+from conformance.stubs.protocol import (
+    MLA_BUILDER_LAYER_PROTOCOL,
+    AttentionLayerBase,
+    MLAAttentionLayer,
+)
+from conformance.stubs.recorder import log_of, record_layer
 
 REPO = Path(__file__).resolve().parents[2]
 STUB_AUDIT_PATHS = ("tests", "benchmarks")

@@ -41,10 +41,10 @@ from typing import Any
 import pytest
 import torch
 
+from conformance.numerics.fp8 import fp8_dtype_for_arch
 from conformance.persistent.plan import WorkPlan
 from conformance.persistent.planner import _plan, plan_persistent_decode
 from conformance.persistent.sizing import metadata_buffer_sizes
-from kernels.fp8 import fp8_dtype_for_arch
 from kernels.plan_exec import execute_plan
 
 STANDIN_VERSION = "0.0.0+selftest-standin"

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from conformance import metadata
 from conformance.audit import run_audit
 from conformance.audit.construction import (
     audit_construction,
@@ -22,6 +21,7 @@ from conformance.audit.construction import (
 )
 from conformance.audit.findings import Finding
 from conformance.audit.tree import TreeParseError, load_tree
+from conformance.metadata import record as metadata
 
 # The nine fields without a default, as a #40844-era benchmark passed them.
 REQUIRED_KWARGS = """\

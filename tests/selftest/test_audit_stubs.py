@@ -20,8 +20,8 @@ from conformance.audit.protocol import (
 )
 from conformance.audit.stubs import audit_stubs
 from conformance.audit.tree import load_tree
-from conformance.dims import MLA_DIM_NAMES
-from conformance.layers import MLA_BUILDER_LAYER_PROTOCOL
+from conformance.metadata.dims import MLA_DIM_NAMES
+from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
 
 PROTOCOL = LayerProtocol({"mla": MLA_BUILDER_LAYER_PROTOCOL}, source="test")
 

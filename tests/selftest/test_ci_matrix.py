@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import ci_matrix
-from conformance.ci_matrix import MatrixError, build_matrix, parse_shard_counts
+from conformance.ci import matrix as ci_matrix
+from conformance.ci.matrix import MatrixError, build_matrix, parse_shard_counts
 
 WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "conformance.yml"
 
@@ -132,7 +132,7 @@ def workflow() -> str:
 
 def test_workflow_builds_its_matrix_from_nox(workflow: str) -> None:
     assert "nox --json -l -t cpu gpu" in workflow
-    assert 'python -m conformance.ci_matrix --shards "$SHARDS"' in workflow
+    assert 'python -m conformance.ci.matrix --shards "$SHARDS"' in workflow
     assert "matrix: ${{ fromJson(needs.plan.outputs.matrix) }}" in workflow
     shards = re.search(r"^  SHARDS: (\S+)$", workflow, re.MULTILINE)
     assert shards is not None

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conformance import cli
+from conformance.cli import main as cli
 
 
 def test_backends_lists_every_registered_backend(capsys):

@@ -1,4 +1,4 @@
-"""Self-tests of the comparator (`conformance.compare`) and the tolerance table."""
+"""Self-tests of the comparator (`conformance.numerics.compare`) and the tolerance table."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.compare import assert_close, compare
-from conformance.tolerances import (
+from conformance.numerics.compare import assert_close, compare
+from conformance.numerics.tolerances import (
     KINDS,
     Tolerance,
     format_table,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.expectation_files import (
+from conformance.harness.expectations import (
     DEFAULT_EXPECTATIONS_DIR,
     ExpectationFileError,
     id_matches,
@@ -139,7 +139,7 @@ def write_expectations(pytester: pytest.Pytester, text: str, backend: str = "cpu
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest(
-        "-p", "conformance.report_plugin", "-p", "no:cacheprovider",
+        "-p", "conformance.harness.reporting", "-p", "no:cacheprovider",
         "--expectations-dir", "expectations", *args,
     )  # fmt: skip
 
@@ -254,7 +254,7 @@ def test_under_xdist_only_the_controller_writes_the_sidecar(
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
     junit = suite.path / "reports" / "junit" / "cpu-shard-2-of-2.xml"
     result = suite.runpytest_subprocess(
-        "-p", "conformance.report_plugin", "-p", "no:cacheprovider", "-n", "2",
+        "-p", "conformance.harness.reporting", "-p", "no:cacheprovider", "-n", "2",
         "--expectations-dir", "expectations", "--shard=2/2", f"--junitxml={junit}",
     )  # fmt: skip
     sidecars = list(suite.path.rglob("*.meta.json"))

@@ -15,11 +15,12 @@ import pytest
 from backends import registry
 from backends.base import MetadataBuilder, PrefillMetadata
 from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
-from conformance import batch, metadata, transforms
-from conformance import validate as validate_module
 from conformance.audit import construction
 from conformance.errors import MetadataError
-from conformance.metadata import CommonAttentionMetadata
+from conformance.metadata import batch, transforms
+from conformance.metadata import record as metadata
+from conformance.metadata import validator as validate_module
+from conformance.metadata.record import CommonAttentionMetadata
 
 FAMILY_A = Path(__file__).resolve().parents[1] / "conformance" / "test_metadata.py"
 
@@ -96,7 +97,10 @@ def test_new_cam_field_fails_the_pinned_field_set(pytester, monkeypatch):
     result = run_family_a(pytester, "-k", "cam_field_set_is_pinned")
     assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
     result.stdout.fnmatch_lines(
-        ["*fields changed (added [[]'new_field'[]], removed [[][]])*", "*conformance/batch.py:*"],
+        [
+            "*fields changed (added [[]'new_field'[]], removed [[][]])*",
+            "*conformance/metadata/batch.py:*",
+        ],
         consecutive=False,
     )
 
@@ -118,7 +122,7 @@ def test_construction_site_missing_a_field_fails_family_a(pytester, monkeypatch,
     broken = tmp_path / "benchmarks" / "runner.py"
     broken.parent.mkdir()
     broken.write_text(
-        "from conformance.metadata import CommonAttentionMetadata\n\n\n"
+        "from conformance.metadata.record import CommonAttentionMetadata\n\n\n"
         "def build(**required):\n"
         "    return CommonAttentionMetadata(\n"
         + "".join(f"        {name}=required[{name!r}],\n" for name in metadata.REQUIRED_FIELDS)

@@ -1,4 +1,4 @@
-"""The recording layer proxy (`conformance.recorder`) and the stub factory built on it."""
+"""The recording layer proxy (`conformance.stubs.recorder`) and the stub factory built on it."""
 
 from __future__ import annotations
 
@@ -11,16 +11,22 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conformance.dims import DEEPSEEK_R1, DEEPSEEK_V2_LITE, MLADims
 from conformance.errors import StubIncompleteError
-from conformance.layers import (
+from conformance.metadata.dims import DEEPSEEK_R1, DEEPSEEK_V2_LITE, MLADims
+from conformance.stubs.factory import (
+    LayerStub,
+    compare_layer_protocol,
+    make_layer_stub,
+    stub_problems,
+)
+from conformance.stubs.protocol import (
     MLA_BUILDER_LAYER_PROTOCOL,
     AttentionImpl,
     AttentionLayerBase,
     MLAAttentionLayer,
     ReferencePrefillBackend,
 )
-from conformance.recorder import (
+from conformance.stubs.recorder import (
     CALL,
     MISSING,
     NOTHING,
@@ -33,12 +39,6 @@ from conformance.recorder import (
     record_layer,
     site_of,
     unwrap,
-)
-from conformance.stubs import (
-    LayerStub,
-    compare_layer_protocol,
-    make_layer_stub,
-    stub_problems,
 )
 
 THIS_FILE = Path(__file__).name

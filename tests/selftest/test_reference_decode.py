@@ -13,17 +13,17 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from conformance.compare import assert_close, compare
 from conformance.errors import PlanError
-from conformance.persistent.plan import WorkPlan
-from conformance.tolerances import Tolerance, lse_tolerance_for, tolerance_for
-from kernels.fp8 import (
+from conformance.numerics.compare import assert_close, compare
+from conformance.numerics.fp8 import (
     dequantize,
     fp8_dtype_for_arch,
     fp8_max,
     is_fp8,
     quantize_per_tensor,
 )
+from conformance.numerics.tolerances import Tolerance, lse_tolerance_for, tolerance_for
+from conformance.persistent.plan import WorkPlan
 from kernels.paged import block_table_to_csr, gather_csr_kv, gather_request_kv
 from kernels.plan_exec import PlanOutput, execute_plan, fold_rows, reduce_partials, unfold_rows
 from kernels.reference import mla_decode_reference

@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 
-from conformance.compare import assert_close, compare
+from conformance.numerics.compare import assert_close, compare
+from conformance.numerics.fp8 import quantize_per_tensor
+from conformance.numerics.tolerances import tolerance_for
 from conformance.persistent.plan import WorkPlan
-from conformance.tolerances import tolerance_for
-from kernels.fp8 import quantize_per_tensor
 from kernels.paged import block_table_to_csr, gather_request_kv
 from kernels.plan_exec import PlanOutput, execute_plan, reduce_partials
 from kernels.reference import attend_rows, mla_decode_reference

@@ -33,13 +33,13 @@ from backends.rocm import planner as rocm_planner
 from backends.rocm import probe as rocm_probe
 from backends.rocm.backend import RocmAiterBackend
 from backends.rocm.planner import AiterWorkPlan
-from conformance.batch import BatchSpec, make_cam
-from conformance.dims import DEEPSEEK_R1
 from conformance.errors import BackendUnavailable, PlanError
-from conformance.layers import MLAAttentionLayer
+from conformance.metadata.batch import BatchSpec, make_cam
+from conformance.metadata.dims import DEEPSEEK_R1
+from conformance.numerics.fp8 import fp8_dtype_for_arch, quantize_per_tensor
 from conformance.persistent.aiter_check import aiter_plan_matches_reference
 from conformance.persistent.planner import plan_persistent_decode
-from kernels.fp8 import fp8_dtype_for_arch, quantize_per_tensor
+from conformance.stubs.protocol import MLAAttentionLayer
 from kernels.plan_exec import execute_plan
 from kernels.reference import mla_decode_reference
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import gpu_pinning
-from conformance.sharding import (
+from conformance.harness import gpu_pinning
+from conformance.harness.sharding import (
     Shard,
     junit_name,
     parse_junit_name,

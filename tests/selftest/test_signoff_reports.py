@@ -290,7 +290,7 @@ def test_reports_written_by_pytest_and_the_plugin_sign_off(
     junit = pytester.path / "reports" / "junit"
     for index in (1, 2):
         pytester.runpytest(
-            "-p", "conformance.report_plugin", "-p", "no:cacheprovider",
+            "-p", "conformance.harness.reporting", "-p", "no:cacheprovider",
             f"--shard={index}/2", f"--junitxml={junit}/cpu-shard-{index}-of-2.xml",
         )  # fmt: skip
     result = run_signoff(offline_options(pytester.path / "reports"))

@@ -22,22 +22,22 @@ import torch
 from backends import registry
 from backends.base import BuilderConfig, KVCacheSpec, MetadataBuilder
 from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
-from conformance import batch
-from conformance import stubs as stubs_module
 from conformance.audit import LayerProtocol, run_audit
-from conformance.cli import main as conformance_main
-from conformance.dims import DEEPSEEK_R1, MODEL_PRESETS, get_mla_dims
+from conformance.cli.main import main as conformance_main
 from conformance.errors import StubIncompleteError
-from conformance.layers import MLA_BUILDER_LAYER_PROTOCOL, AttentionImpl, MLAAttentionLayer
-from conformance.metadata import CommonAttentionMetadata
-from conformance.recorder import site_of
-from conformance.stubs import (
+from conformance.metadata import batch
+from conformance.metadata.dims import DEEPSEEK_R1, MODEL_PRESETS, get_mla_dims
+from conformance.metadata.record import CommonAttentionMetadata
+from conformance.stubs import factory as stubs_module
+from conformance.stubs.factory import (
     compare_layer_protocol,
     record_builder_reads,
     require_complete_context,
     require_complete_stub,
     stub_problems,
 )
+from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL, AttentionImpl, MLAAttentionLayer
+from conformance.stubs.recorder import site_of
 
 FAMILY_B = Path(__file__).resolve().parents[1] / "conformance" / "test_stubs.py"
 THIS_FILE = Path(__file__).name

@@ -7,10 +7,10 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from conformance import batch
 from conformance.errors import MetadataError
-from conformance.metadata import CommonAttentionMetadata
-from conformance.validate import validate
+from conformance.metadata import batch
+from conformance.metadata.record import CommonAttentionMetadata
+from conformance.metadata.validator import validate
 
 
 def _cam(spec: str = "mixed_small") -> CommonAttentionMetadata:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from conformance.tolerances import Tolerance
+from conformance.numerics.tolerances import Tolerance
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.dims import MLA_DIM_NAMES, MLADims
+from conformance.metadata.dims import MLA_DIM_NAMES, MLADims
 
 # What every MLA builder of this suite reads from the first layer (vLLM since #51255/#46993).
 MLA_BUILDER_LAYER_PROTOCOL: frozenset[str] = frozenset(

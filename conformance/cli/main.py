@@ -14,7 +14,7 @@ from types import ModuleType
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("conformance.audit.cli", "static audit of a source tree (CAM sites, layer stubs)"),
     "signoff": ("conformance.signoff.cli", "merge JUnit reports into a release verdict"),
-    "backends": ("conformance.backends_cli", "list backends and whether they can run here"),
+    "backends": ("conformance.cli.backends", "list backends and whether they can run here"),
 }
 
 

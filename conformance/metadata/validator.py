@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from conformance.errors import MetadataError
-from conformance.metadata import REQUIRED_FIELDS, CommonAttentionMetadata
+from conformance.metadata.record import REQUIRED_FIELDS, CommonAttentionMetadata
 
 PAD_SLOT_ID = -1
 

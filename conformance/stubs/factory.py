@@ -19,14 +19,14 @@ from typing import Any
 
 import torch
 
-from conformance.dims import MLA_DIM_NAMES, MLADims, get_mla_dims, get_model_config
-from conformance.layers import (
+from conformance.metadata.dims import MLA_DIM_NAMES, MLADims, get_mla_dims, get_model_config
+from conformance.stubs.protocol import (
     MLA_BUILDER_LAYER_PROTOCOL,
     AttentionImpl,
     AttentionLayerBase,
     ReferencePrefillBackend,
 )
-from conformance.recorder import (
+from conformance.stubs.recorder import (
     STUB_SITE_ATTRIBUTE,
     BuildSite,
     ReadLog,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.metadata import CommonAttentionMetadata
+from conformance.metadata.record import CommonAttentionMetadata
 
 NULL_BLOCK = 0
 

@@ -1,10 +1,11 @@
 """pytest plugin for the reporting side of a conformance run: shards, expectations, sidecar.
 
-Registered by ``conformance.plugin`` (its own options, ``--backend`` among them, live there).
+Registered by ``conformance.harness.plugin`` (its own options, ``--backend`` among them,
+live there).
 What it does, and when:
 
 - ``--shard I/N`` keeps the tests of shard I (1-based) of N, chosen by sha256 of the node id
-  (`conformance.sharding`), after every other selection (``-k``, ``-m``, expectation marks).
+  (`conformance.harness.sharding`), after every other selection (``-k``, ``-m``, expectation marks).
 - Expectations: when conformance tests (``tests/conformance/test_*.py``) are collected, the
   entries of ``conformance/expectations/<backend>.txt`` (or ``--expectations-dir``) become
   ``xfail(strict=True)`` / ``skip`` marks; entries that match no test are warned as stale.
@@ -17,7 +18,7 @@ What it does, and when:
   conformance tests were collected; a first version marked ``"finished": false`` is written at
   session start so a run that crashes before pytest writes its JUnit leaves a trace.
 - On a multi-GPU host, each xdist worker of a cuda/rocm run sees one GPU
-  (`conformance.gpu_pinning`).
+  (`conformance.harness.gpu_pinning`).
 """
 
 from __future__ import annotations
@@ -35,15 +36,21 @@ from typing import Any
 
 import pytest
 
-from conformance import gpu_pinning, provenance
-from conformance.expectation_files import (
+from conformance.harness import gpu_pinning, provenance
+from conformance.harness.expectations import (
     ExpectationFileError,
     expectations_path,
     load_expectations,
     match_expectation,
     stale_entries,
 )
-from conformance.sharding import Shard, junit_name, parse_shard, select_for_shard, sidecar_path
+from conformance.harness.sharding import (
+    Shard,
+    junit_name,
+    parse_shard,
+    select_for_shard,
+    sidecar_path,
+)
 from conformance.signoff.atomic import atomic_write_text
 
 SIDECAR_FORMAT = "mla-conformance-run/1"
@@ -90,7 +97,7 @@ def _is_worker(config: pytest.Config) -> bool:
 def _backend_name(config: pytest.Config) -> str:
     try:
         value = config.getoption("backend")
-    except ValueError:  # conformance.plugin (which adds --backend) is not loaded
+    except ValueError:  # conformance.harness.plugin (which adds --backend) is not loaded
         value = None
     return str(value or os.environ.get(BACKEND_ENVIRONMENT_VARIABLE) or DEFAULT_BACKEND)
 

@@ -8,10 +8,12 @@ not know raises at once, so adding a field to the record forces a decision here.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import torch
 
-from conformance.metadata import CommonAttentionMetadata, cam_field_names
+if TYPE_CHECKING:  # the record imports this module for `unpadded`; no runtime import back
+    from conformance.metadata.record import CommonAttentionMetadata
 
 # How each field follows a slice of requests/tokens.
 PER_REQUEST_FIELDS: tuple[str, ...] = (
@@ -44,12 +46,12 @@ DROPPED_ON_PURPOSE: dict[str, dict[str, str]] = {
 _LENGTH_FIELDS = ("seq_lens", "seq_lens_cpu_upper_bound", "_seq_lens_cpu")
 
 
-def _check_known_fields() -> None:
+def _check_known_fields(cam: CommonAttentionMetadata) -> None:
     known = {*PER_REQUEST_FIELDS, *PER_TOKEN_FIELDS, *COPIED_FIELDS, *RECOMPUTED_FIELDS}
-    unknown = [f for f in cam_field_names() if f not in known]
+    unknown = [f.name for f in dataclasses.fields(cam) if f.name not in known]
     if unknown:
         raise TypeError(
-            f"conformance.transforms does not know CommonAttentionMetadata field(s) "
+            f"conformance.metadata.transforms does not know CommonAttentionMetadata field(s) "
             f"{unknown}: classify each in transforms.py (per request, per token, copied, "
             f"recomputed) or list it in DROPPED_ON_PURPOSE with a reason"
         )
@@ -70,7 +72,7 @@ def slice_requests(
     it: the leading part keeps its context and is shortened at the end (its sequence
     lengths drop by the tokens left out), the trailing part keeps its full length.
     """
-    _check_known_fields()
+    _check_known_fields(cam)
     qsl = cam.query_start_loc_cpu.tolist()
     if not 0 <= req_start <= req_stop <= cam.num_reqs:
         raise ValueError(f"request slice [{req_start}, {req_stop}) outside 0..{cam.num_reqs}")

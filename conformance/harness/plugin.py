@@ -1,6 +1,6 @@
 """The suite's pytest plugin: backend selection, availability gating, JUnit properties.
 
-Loaded with ``-p conformance.plugin`` (pyproject's addopts). The backend comes from
+Loaded with ``-p conformance.harness.plugin`` (pyproject's addopts). The backend comes from
 ``--backend NAME`` or ``MLA_CONFORMANCE_BACKEND``; test bodies never name one.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from backends.base import Availability, Backend
 
 BACKEND_ENV = "MLA_CONFORMANCE_BACKEND"
-CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "conformance"
+CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "tests" / "conformance"
 
 backend_name_key = pytest.StashKey[str]()
 availability_key = pytest.StashKey[Availability]()
@@ -23,7 +23,7 @@ availability_key = pytest.StashKey[Availability]()
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     # The report plugin (sharding, expectations, sidecars) adds options of its own, so it
     # must be registered before the command line is parsed.
-    from conformance import report_plugin
+    from conformance.harness import reporting as report_plugin
 
     if not pluginmanager.is_registered(report_plugin):
         pluginmanager.register(report_plugin, "mla-report")

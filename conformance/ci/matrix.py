@@ -1,6 +1,6 @@
 """The GitHub Actions matrix of conformance jobs, built from ``nox --json -l``.
 
-``nox --json -l -t cpu gpu | python -m conformance.ci_matrix --shards cuda=4,rocm=2`` prints
+``nox --json -l -t cpu gpu | python -m conformance.ci.matrix --shards cuda=4,rocm=2`` prints
 ``{"include": [...]}``: one job per backend session × shard, each with its runner labels
 (``cpu``-tagged sessions on ``ubuntu-latest``, ``cuda`` on ``[self-hosted, nvidia]``, ``rocm``
 on ``[self-hosted, amd]``), the nox posargs that select its shard, and the artifact name its
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance.sharding import Shard, junit_name
+from conformance.harness.sharding import Shard, junit_name
 
 BACKEND_TAGS: frozenset[str] = frozenset({"cpu", "gpu", "cuda", "rocm"})
 RUNNERS: dict[str, list[str]] = {
@@ -111,7 +111,7 @@ def build_matrix(sessions: Any, shard_counts: Mapping[str, int]) -> dict[str, li
 def main(argv: list[str] | None = None) -> int:
     """Read ``nox --json -l`` on stdin, print the matrix JSON on one line."""
     parser = argparse.ArgumentParser(
-        prog="python -m conformance.ci_matrix",
+        prog="python -m conformance.ci.matrix",
         description="Turn `nox --json -l` (stdin) into a GitHub Actions matrix (stdout).",
     )
     parser.add_argument(

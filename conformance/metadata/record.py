@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from conformance.metadata.transforms import unpad
+
 # Fields a builder cannot work without; leaving one out or passing None is a MetadataError.
 REQUIRED_FIELDS: tuple[str, ...] = (
     "query_start_loc",
@@ -101,8 +103,6 @@ class CommonAttentionMetadata:
 
     def unpadded(self, num_actual_tokens: int, num_actual_reqs: int) -> CommonAttentionMetadata:
         """A copy sliced to the first `num_actual_reqs` requests and their tokens."""
-        from conformance.transforms import unpad
-
         return unpad(self, num_actual_tokens=num_actual_tokens, num_actual_reqs=num_actual_reqs)
 
 

@@ -16,7 +16,7 @@ A *kind* names how a backend computes:
   both fp8, ``q·k`` may run on fp8 tensor cores, whose accumulation keeps ~14 bits.
 
 The output check is element-wise ``|a - b| <= atol or |a - b| <= rtol * |b|`` plus the
-cosine bound ``1 - 2Σab / Σ(a² + b²) <= cos_diff`` (`conformance.compare`). LSE (fp32, not
+cosine bound ``1 - 2Σab / Σ(a² + b²) <= cos_diff`` (`conformance.numerics.compare`). LSE (fp32, not
 rounded) has its own, tighter tolerances: `lse_tolerance_for`.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.fp8 import is_fp8
+from conformance.numerics.fp8 import is_fp8
 
 U_BF16 = 2.0**-8
 U_E4M3 = 2.0**-4

@@ -29,7 +29,7 @@ from conformance.errors import ConformanceError
 
 ExpectationKind = Literal["xfail", "skip"]
 
-DEFAULT_EXPECTATIONS_DIR = Path(__file__).resolve().parent / "expectations"
+DEFAULT_EXPECTATIONS_DIR = Path(__file__).resolve().parents[1] / "expectations"
 EXPECTATION_KINDS: tuple[ExpectationKind, ...] = ("xfail", "skip")
 EXPECTED_SKIP_PREFIX = "expected skip"
 EXPECTED_XFAIL_PREFIX = "expected failure"

@@ -1,0 +1,3 @@
+"""``python -m conformance``: the command line (`main` dispatches to each subcommand)."""
+
+from __future__ import annotations
