@@ -155,6 +155,9 @@ class Backend(ABC):
     numerics: ClassVar[str] = "fp32-reference"
     """How its decode computes: ``fp32-reference`` or ``tensor-core`` (bf16 dot operands);
     selects the tolerance (conformance/numerics/tolerances.py)."""
+    device_kind: ClassVar[str] = "cpu"
+    """The kind of device its decode needs: ``cpu``, ``cuda`` or ``rocm``; the sign-off checks
+    every run's provenance against it."""
     tiny_cases_only: ClassVar[bool] = False
     """Run only the golden cases marked tiny (an interpreter is slow)."""
 

@@ -6,6 +6,7 @@ for bad input, so one broken file can never stop the sign-off of the others.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -23,6 +24,8 @@ from conformance.signoff.model import CaseResult, Outcome, RunReport
 MAX_JUNIT_BYTES = 64 * 1024 * 1024
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_DETAIL_CHARS = 4000
+MAX_XML_DEPTH = 16  # pytest nests 5 deep (testsuites/testsuite/testcase/properties/property)
+TEARDOWN_PREFIX = "failed on teardown"
 SIDECAR_FORMAT_PREFIX = "mla-conformance-run/"
 XFAIL_TYPE = "pytest.xfail"
 
@@ -74,7 +77,26 @@ def parse_xml(path: Path, data: bytes) -> Element:
         raise SignoffInputError(
             path, f"root element is <{root.tag}>, not <testsuites> or <testsuite>"
         )
+    depth = xml_depth(root, limit=MAX_XML_DEPTH)
+    if depth > MAX_XML_DEPTH:
+        raise SignoffInputError(
+            path,
+            f"nests elements more than {MAX_XML_DEPTH} deep (pytest's JUnit nests 5); "
+            "the file is refused",
+        )
     return root
+
+
+def xml_depth(root: Element, *, limit: int) -> int:
+    """The nesting depth of ``root`` (iterative; stops counting past ``limit``)."""
+    deepest, stack = 1, [(root, 1)]
+    while stack:
+        element, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return depth
+        stack.extend((child, depth + 1) for child in element)
+    return deepest
 
 
 def node_id_from_junit(classname: str, name: str) -> str:
@@ -131,8 +153,18 @@ def _properties(element: Element) -> dict[str, str]:
     return found
 
 
+def _is_teardown_pair(first: CaseResult, second: CaseResult) -> bool:
+    """pytest's one legitimate repeat: a failed call, then its teardown error."""
+    return (
+        not first.duplicated
+        and first.outcome in (Outcome.FAILED, Outcome.ERROR)
+        and second.outcome == Outcome.ERROR
+        and second.message.startswith(TEARDOWN_PREFIX)
+    )
+
+
 def _merge_case(first: CaseResult, second: CaseResult) -> CaseResult:
-    """One id twice in one file (pytest writes a teardown error as a second testcase)."""
+    """One id twice in one file: pytest's teardown pair is merged; anything else is marked."""
     worst, other = (
         (second, first)
         if second.outcome.severity > first.outcome.severity
@@ -154,6 +186,7 @@ def _merge_case(first: CaseResult, second: CaseResult) -> CaseResult:
         properties,
         first.time + second.time,
         worst.source,
+        duplicated=first.duplicated or not _is_teardown_pair(first, second),
     )
 
 
@@ -237,9 +270,15 @@ def load_run(
     limit: int = MAX_JUNIT_BYTES,
 ) -> RunReport:
     """Read one JUnit file into a `RunReport`; raise `SignoffInputError` naming it."""
-    root = parse_xml(path, read_bounded(path, limit=limit))
+    data = read_bounded(path, limit=limit)
+    root = parse_xml(path, data)
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     first_suite = suites[0] if suites else None
+    declared: int | None = None
+    try:
+        declared = sum(int(suite.get("tests") or "") for suite in suites) if suites else None
+    except ValueError:
+        declared = None
     return RunReport(
         path=path,
         backend=backend,
@@ -250,4 +289,6 @@ def load_run(
         sidecar=sidecar,
         sidecar_path=sidecar_path,
         root=root,
+        declared_tests=declared,
+        sha256=hashlib.sha256(data).hexdigest(),
     )

@@ -6,6 +6,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from conformance.signoff.baseline import compare
+from conformance.signoff.headroom import headroom_rows
 from conformance.signoff.model import (
     DEFAULT_BACKENDS,
     BackendResult,
@@ -14,11 +16,13 @@ from conformance.signoff.model import (
     SignoffResult,
     Status,
 )
+from conformance.signoff.paths import relative_document
 from conformance.signoff.verdict import outcome_counts
 
-DOCUMENT_FORMAT = "mla-signoff/1"
+DOCUMENT_FORMAT = "mla-signoff/2"
 MAX_IDS_LISTED = 50
 PROBLEM_OUTCOMES = (Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED, Outcome.UNAVAILABLE)
+SIGNED_OFF = (Status.PASS,)
 RUN_FACTS = (
     "run_id",
     "started",
@@ -26,6 +30,7 @@ RUN_FACTS = (
     "finished",
     "exitstatus",
     "device",
+    "device_kind",
     "devices",
     "versions",
     "torch_cuda",
@@ -87,6 +92,7 @@ def _backend(result: BackendResult) -> dict[str, Any]:
         families[family] = outcome_counts(case for case in result.cases if case.family == family)
     completeness = result.completeness
     backend_input = result.input
+    headroom = headroom_rows(result.backend, result.cases)
     return {
         "backend": result.backend,
         "status": result.status.value,
@@ -98,6 +104,9 @@ def _backend(result: BackendResult) -> dict[str, Any]:
         else {
             "date": backend_input.evidence_date,
             "path": str(backend_input.evidence_path),
+            "commit": _evidence_commit(backend_input.evidence_facts),
+            "stale": backend_input.stale,
+            "shadowed": backend_input.shadowed,
             "facts": backend_input.evidence_facts,
         },
         "counts": outcome_counts(result.cases),
@@ -125,13 +134,30 @@ def _backend(result: BackendResult) -> dict[str, Any]:
             _case(case) for case in result.cases if case.outcome == Outcome.EXPECTED_SKIP
         ],
         "provenance": _provenance(result),
+        "not_applicable": [
+            _case(case) for case in result.cases if case.outcome == Outcome.NOT_APPLICABLE
+        ],
+        "headroom": headroom[0],
+        "headroom_missing": headroom[1],
     }
+
+
+def _evidence_commit(facts: dict[str, Any] | None) -> str | None:
+    facts = facts or {}
+    fingerprint = facts.get("fingerprint")
+    commit = fingerprint.get("commit") if isinstance(fingerprint, dict) else None
+    return str(commit or facts.get("git_commit") or "") or None
 
 
 def signoff_document(result: SignoffResult) -> dict[str, Any]:
     """The whole sign-off as a JSON-ready dict."""
     backends = [_backend(result.backends[name]) for name in backend_order(result.backends)]
-    return {
+    outcomes = {
+        name: {case.node_id: case.outcome.value for case in result.backends[name].cases}
+        for name in backend_order(result.backends)
+        if result.backends[name].status != Status.NOT_RUN
+    }
+    document = {
         "format": DOCUMENT_FORMAT,
         "verdict": result.verdict.value,
         "exit_code": result.verdict.exit_code,
@@ -143,8 +169,21 @@ def signoff_document(result: SignoffResult) -> dict[str, Any]:
         "blocking": result.blocking,
         "errors": result.errors,
         "warnings": result.warnings,
+        "not_signed_off": [
+            {
+                "backend": b["backend"],
+                "status": b["status"],
+                "required": b["required"],
+                "reason": b["reason"],
+            }
+            for b in backends
+            if b["status"] not in SIGNED_OFF
+        ],
+        "baseline": None if result.baseline is None else compare(outcomes, result.baseline),
         "backends": backends,
+        "outcomes": outcomes,
     }
+    return relative_document(document, result.root)
 
 
 def render_json(document: dict[str, Any]) -> str:

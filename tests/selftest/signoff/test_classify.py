@@ -15,6 +15,7 @@ from conformance.signoff.synthetic import (
     junit_xml,
     node_ids,
     offline_options,
+    sha256_of,
     sidecar_document,
     write_backend,
 )
@@ -47,9 +48,10 @@ def write(tmp_path: Path, backend: str = "cpu", **kwargs) -> None:
 
 
 def test_xfail_is_counted_apart_from_skips_and_passes(tmp_path: Path, expectations) -> None:
-    write(tmp_path, outcomes={FIRST: "xfail"}, messages={FIRST: "known defect"})
+    message = "expected failure (cpu.txt:1): known defect"  # the plugin's mark of an entry
+    write(tmp_path, outcomes={FIRST: "xfail"}, messages={FIRST: message})
     xml = (tmp_path / "reports" / "junit" / "cpu.xml").read_text()
-    assert '<skipped type="pytest.xfail" message="known defect"' in xml
+    assert f'<skipped type="pytest.xfail" message="{message}"' in xml
     result = sign(tmp_path, expectations)
     assert outcome_of(result, FIRST) == Outcome.XFAIL
     assert result.backends["cpu"].status == Status.PASS
@@ -193,7 +195,8 @@ def test_ids_are_rebuilt_when_the_nodeid_property_is_absent(tmp_path: Path, expe
     junit.mkdir(parents=True)
     cases = [SyntheticCase(node_id) for node_id in IDS]
     (junit / "cpu.xml").write_text(junit_xml(cases, record_node_ids=False))
-    document = sidecar_document("cpu", None, collected=IDS, selected=IDS)
+    digest = sha256_of(junit / "cpu.xml")
+    document = sidecar_document("cpu", None, collected=IDS, selected=IDS, junit_sha256=digest)
     (junit / "cpu.meta.json").write_text(json.dumps(document))
     result = sign(tmp_path, expectations)
     assert result.verdict == Verdict.PASS
