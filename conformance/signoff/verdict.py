@@ -120,6 +120,8 @@ def stale_reason(backend_input: BackendInput) -> str:
     """``evidence of <date> (commit <c>) is stale: <changes>``."""
     fingerprint = (backend_input.evidence_facts or {}).get("fingerprint") or {}
     commit = fingerprint.get("commit") or (backend_input.evidence_facts or {}).get("git_commit")
+    for run in backend_input.runs:
+        commit = commit or (run.sidecar or {}).get("git_commit")
     changes = backend_input.stale
     listed = "; ".join(changes[:6]) + (f" and {len(changes) - 6} more" if len(changes) > 6 else "")
     return (

@@ -234,3 +234,62 @@ def test_node_id_from_junit(classname: str, name: str, node_id: str) -> None:
 )
 def test_family_is_the_module_name_minus_test(node_id: str, family: str) -> None:
     assert family_of_node_id(node_id) == family
+
+
+# --- unexplained means unexplained; not applicable is its own outcome ------------------------
+
+
+@pytest.mark.parametrize("reason", ["", "Skipped", "unconditional skip", "  "])
+def test_a_skip_without_a_reason_is_unexplained(tmp_path: Path, expectations, reason) -> None:
+    (expectations / "cpu.txt").write_text(f"skip: {FIRST}  # listed, yet it skipped itself\n")
+    write(tmp_path, outcomes={FIRST: "skipped"}, messages={FIRST: reason})
+    result = sign(tmp_path, expectations)
+    assert outcome_of(result, FIRST) == Outcome.SKIPPED
+    assert result.backends["cpu"].status == Status.INCOMPLETE
+    assert "skipped with no reason" in result.backends["cpu"].reason
+
+
+def test_an_xfail_without_an_expectation_entry_is_unexplained(tmp_path: Path, expectations) -> None:
+    """A conformance test calling ``pytest.xfail()`` on its own cannot pass a release."""
+    write(tmp_path, outcomes={FIRST: "xfail"}, messages={FIRST: "flaky on Tuesdays"})
+    result = sign(tmp_path, expectations, release=True, no_collect=True)
+    assert outcome_of(result, FIRST) == Outcome.SKIPPED
+    assert result.backends["cpu"].status == Status.INCOMPLETE
+    assert "xfail with no expectation entry: flaky on Tuesdays" in result.backends["cpu"].reason
+
+
+def test_an_xfail_with_an_expectation_entry_is_explained(tmp_path: Path, expectations) -> None:
+    (expectations / "cpu.txt").write_text(f"xfail: {FIRST}  # known defect\n")
+    write(tmp_path, outcomes={FIRST: "xfail"}, messages={FIRST: "flaky on Tuesdays"})
+    result = sign(tmp_path, expectations)
+    assert outcome_of(result, FIRST) == Outcome.XFAIL
+    assert result.backends["cpu"].status == Status.PASS
+
+
+def test_not_applicable_is_counted_apart_and_never_blocks(tmp_path: Path, expectations) -> None:
+    message = "not applicable: backend declares plan_format=None"
+    write(
+        tmp_path,
+        outcomes={FIRST: "skipped", SECOND: "skipped"},
+        messages=dict.fromkeys((FIRST, SECOND), message),
+    )
+    result = sign(tmp_path, expectations, release=True, no_collect=True, require=None)
+    cpu = result.backends["cpu"]
+    assert outcome_of(result, FIRST) == Outcome.NOT_APPLICABLE
+    assert cpu.status == Status.PASS
+    assert cpu.reason == "8 passed, 2 not-applicable"
+    assert not any("cpu" in line for line in result.blocking)
+
+
+def test_not_applicable_without_a_reason_is_unexplained(tmp_path: Path, expectations) -> None:
+    write(tmp_path, outcomes={FIRST: "skipped"}, messages={FIRST: "not applicable: "})
+    result = sign(tmp_path, expectations)
+    assert outcome_of(result, FIRST) == Outcome.SKIPPED
+    assert result.backends["cpu"].status == Status.INCOMPLETE
+
+
+def test_a_backend_where_nothing_applies_or_passes_is_no_pass(tmp_path: Path, expectations) -> None:
+    message = "not applicable: backend declares no decode"
+    write(tmp_path, outcomes=dict.fromkeys(IDS, "skipped"), messages=dict.fromkeys(IDS, message))
+    cpu = sign(tmp_path, expectations).backends["cpu"]
+    assert (cpu.status, cpu.reason) == (Status.INCOMPLETE, "no test passed (10 not-applicable)")
