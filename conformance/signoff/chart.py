@@ -13,12 +13,12 @@ from typing import Any
 
 PALETTE: tuple[str, ...] = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf")
 MAX_CASES = 40
-LABEL_WIDTH = 330
-PLOT_WIDTH = 560
+LABEL_WIDTH = 430
+PLOT_WIDTH = 520
 BAR = 8
 GAP = 8
 TOP = 46
-MAX_LABEL_CHARS = 52
+MAX_LABEL_CHARS = 72
 
 
 def _scale_max(ratios: Sequence[float]) -> float:

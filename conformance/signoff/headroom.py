@@ -82,7 +82,7 @@ def headroom_rows(backend: str, cases: Iterable[CaseResult]) -> tuple[list[dict[
             {
                 "backend": backend,
                 "id": case.node_id,
-                "case": case.properties.get("case_id") or case.node_id.rsplit("::", 1)[-1],
+                "case": case.node_id.rsplit("::", 1)[-1].removeprefix("test_"),
                 "outcome": case.outcome.value,
                 "ratio": figures[worst],
                 "worst": worst,

@@ -169,8 +169,13 @@ def integrity_issues(
         recorded_ids = run.sidecar.get("collected_ids")
         if collected is not None and recorded_ids is not None:
             if len(recorded_ids) != len(collected) or set(recorded_ids) != set(collected):
+                only_there = sorted(set(recorded_ids) - set(collected))
+                only_here = sorted(set(collected) - set(recorded_ids))
                 issues.append(
                     f"{run.path.name}: its sidecar says {len(recorded_ids)} tests were "
-                    f"collected; collecting {backend} here gives {len(collected)}"
+                    f"collected; collecting {backend} here gives {len(collected)} "
+                    f"({len(only_there)} only in the sidecar, {len(only_here)} only here"
+                    + (f", e.g. {only_here[0]}" if only_here else "")
+                    + ")"
                 )
     return issues

@@ -5,11 +5,11 @@ Backend status, first rule that applies:
 1. ``NOT RUN``: no report at all, or every reported test skipped as ``backend <name>
    unavailable: <reason>`` (the reason is shown).
 2. ``FAIL``: a test failed or errored (an xfail entry's unexpected pass is a failure too).
-3. ``INCOMPLETE``: a file is unreadable or missing, the claims of its reports disagree
+3. ``STALE``: readable evidence (a run made elsewhere) made from files that have changed
+   since, or that records no file hashes; its other disagreements are listed with it.
+4. ``INCOMPLETE``: a file is unreadable or missing, the claims of its reports disagree
    (`conformance.signoff.integrity`), ids are missing or duplicated, the run was cut short or
    partly selected, a skip or xfail is not explained by the expectation file, or no test passed.
-4. ``STALE``: evidence (a run made elsewhere) that would pass, made from files that have
-   changed since, or that records no file hashes.
 5. ``PASS``. NOT APPLICABLE tests (``not applicable: <why>``) count neither way.
 
 Verdict: ``FAIL`` if any backend failed; else ``INCOMPLETE`` if any backend is incomplete, a
@@ -81,6 +81,8 @@ def evaluate_backend(
         reason = unavailable_reason(backend, cases[0].message) or "backend unavailable"
     elif bad:
         status, reason = Status.FAIL, _summary(counts)
+    elif backend_input.stale and not backend_input.problems:  # re-make it: that fixes the rest
+        status, reason = Status.STALE, stale_reason(backend_input)
     elif issues:
         more = f" (+{len(issues) - 1} more)" if len(issues) > 1 else ""
         status, reason = Status.INCOMPLETE, issues[0] + more
@@ -96,8 +98,6 @@ def evaluate_backend(
         status, reason = Status.INCOMPLETE, "the reports hold no tests"
     elif not counts[Outcome.PASSED.value]:
         status, reason = Status.INCOMPLETE, f"no test passed ({_summary(counts)})"
-    elif backend_input.stale:
-        status, reason = Status.STALE, stale_reason(backend_input)
     else:
         status, reason = Status.PASS, _summary(counts)
     if backend_input.stale and status != Status.STALE:
