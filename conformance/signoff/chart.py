@@ -83,10 +83,11 @@ def headroom_svg(rows: Sequence[dict[str, Any]], backends: Sequence[str]) -> str
             ratio = row["ratio"]
             y = top + lane * BAR
             fill = colours[name]
+            outline = ' stroke="#c00" stroke-width="1.5"' if ratio > 1 else ""
             detail = ", ".join(f"{key} {value:.3g}" for key, value in row["figures"].items())
             parts.append(
                 f'<rect x="{LABEL_WIDTH}" y="{y}" width="{x(ratio) - LABEL_WIDTH:.1f}" '
-                f'height="{BAR - 1}" fill="{fill}"><title>{escape(name)} {escape(case)}: '
+                f'height="{BAR - 1}" fill="{fill}"{outline}><title>{escape(name)} {escape(case)}: '
                 f"{escape(detail)}</title></rect>"
             )
             if ratio > scale:

@@ -30,23 +30,11 @@ from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.fingerprint import FINGERPRINT_KEY, changed_files, fingerprint
 from conformance.signoff.integrity import integrity_issues
 from conformance.signoff.loading import MAX_JUNIT_BYTES, load_json_object, load_sidecar
-from conformance.signoff.model import BackendInput, Outcome
+from conformance.signoff.model import MACHINE_FACTS, BackendInput, Outcome
 
 EVIDENCE_DIR_PATTERN = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})-(?P<backend>[A-Za-z0-9_.]+)$")
 VERSIONS_FILE = "versions.json"
-FACT_KEYS = (
-    "device",
-    "device_kind",
-    "devices",
-    "versions",
-    "torch_cuda",
-    "torch_hip",
-    "python",
-    "platform",
-    "hostname",
-    "git_commit",
-    "git_dirty",
-)
+FACT_KEYS = MACHINE_FACTS
 
 
 @dataclass(frozen=True)

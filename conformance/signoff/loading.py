@@ -223,13 +223,7 @@ def cases_of(root: Element, *, path: Path) -> list[CaseResult]:
 
 def load_sidecar(path: Path) -> dict[str, Any]:
     """A run sidecar (``*.meta.json``), checked for the fields the sign-off reads."""
-    data = read_bounded(path, limit=MAX_JSON_BYTES)
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise SignoffInputError(path, f"is not valid JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise SignoffInputError(path, "is not a JSON object")
+    document = load_json_object(path)
     file_format = document.get("format")
     if not isinstance(file_format, str) or not file_format.startswith(SIDECAR_FORMAT_PREFIX):
         raise SignoffInputError(
@@ -241,7 +235,7 @@ def load_sidecar(path: Path) -> dict[str, Any]:
             isinstance(value, list) and all(isinstance(item, str) for item in value)
         ):
             raise SignoffInputError(path, f"field {key!r} is not a list of node id strings")
-    for key in ("backend", "shard", "run_id"):
+    for key in ("backend", "shard", "run_id", "junit", "junit_sha256", "device_kind"):
         value = document.get(key)
         if value is not None and not isinstance(value, str):
             raise SignoffInputError(path, f"field {key!r} is {value!r}, expected a string")
@@ -249,7 +243,7 @@ def load_sidecar(path: Path) -> dict[str, Any]:
 
 
 def load_json_object(path: Path) -> dict[str, Any]:
-    """Any small JSON object (evidence ``versions.json``)."""
+    """Any small JSON object (a sidecar, evidence ``versions.json``, a baseline)."""
     data = read_bounded(path, limit=MAX_JSON_BYTES)
     try:
         document = json.loads(data.decode("utf-8"))

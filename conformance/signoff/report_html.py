@@ -14,20 +14,21 @@ from typing import Any
 from conformance.signoff.chart import headroom_svg, omitted_cases
 from conformance.signoff.report_md import (
     BASELINE_KINDS,
-    COUNT_COLUMNS,
     all_problems,
     all_warnings,
     family_cell,
     provenance_text,
+    shown_columns,
     source_text,
 )
 
 MAX_MESSAGE_CHARS = 4000
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:2rem;color:#1b1b1b;max-width:84rem}
+body{font-family:system-ui,sans-serif;margin:2rem;color:#1b1b1b;max-width:78rem}
 table{border-collapse:collapse;margin:1rem 0}
 th,td{border:1px solid #ccc;padding:.3rem .6rem;text-align:left;vertical-align:top}
-th{background:#f3f3f3}
+th{background:#f3f3f3}.n{text-align:right;white-space:nowrap}.why{min-width:16rem}
+td.PASS,td.FAIL,td.INCOMPLETE,td.STALE,td.NOTRUN,td.MISSING{white-space:nowrap}
 .PASS{background:#d9f2d9}.FAIL{background:#f8d0d0}.INCOMPLETE{background:#fde8c0}
 .STALE{background:#fde8c0}.NOTRUN{background:#e6e6e6;color:#555}
 .MISSING{background:#f3b0b0;font-weight:bold}
@@ -80,11 +81,12 @@ def _head(document: dict[str, Any]) -> list[str]:
 
 
 def _backends_table(document: dict[str, Any]) -> list[str]:
+    columns = shown_columns(document)
     parts = [
         "<h2>Backends</h2><table><tr><th>backend</th><th>status</th><th>required</th>"
         "<th>source</th>"
-        + "".join(f"<th>{escape(label)}</th>" for _, label in COUNT_COLUMNS)
-        + "<th>reason</th></tr>"
+        + "".join(f'<th class="n">{escape(label)}</th>' for _, label in columns)
+        + '<th class="why">reason</th></tr>'
     ]
     for backend in document["backends"]:
         counts = backend["counts"]
@@ -93,8 +95,8 @@ def _backends_table(document: dict[str, Any]) -> list[str]:
             f'<td class="{_status_class(backend)}">{escape(backend["status"])}</td>'
             f"<td>{'yes' if backend['required'] else 'no'}</td>"
             f"<td>{escape(source_text(backend))}</td>"
-            + "".join(f"<td>{counts.get(key, 0)}</td>" for key, _ in COUNT_COLUMNS)
-            + f"<td>{escape(backend['reason'])}</td></tr>"
+            + "".join(f'<td class="n">{counts.get(key, 0)}</td>' for key, _ in columns)
+            + f'<td class="why">{escape(backend["reason"])}</td></tr>'
         )
     parts.append("</table>")
     return parts

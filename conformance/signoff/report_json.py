@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from conformance.signoff.baseline import compare
 from conformance.signoff.headroom import headroom_rows
 from conformance.signoff.model import (
     DEFAULT_BACKENDS,
+    MACHINE_FACTS,
     BackendResult,
     CaseResult,
     Outcome,
@@ -29,17 +31,7 @@ RUN_FACTS = (
     "finished_at",
     "finished",
     "exitstatus",
-    "device",
-    "device_kind",
-    "devices",
-    "versions",
-    "torch_cuda",
-    "torch_hip",
-    "python",
-    "platform",
-    "hostname",
-    "git_commit",
-    "git_dirty",
+    *MACHINE_FACTS,
     "xdist_workers",
     "available",
     "availability_reason",
@@ -142,6 +134,14 @@ def _backend(result: BackendResult) -> dict[str, Any]:
     }
 
 
+def _relative_to(path: Path, root: Path | None) -> str:
+    """``path`` relative to ``root`` when it lies below it, else as given."""
+    try:
+        return path.resolve().relative_to((root or Path.cwd()).resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def _evidence_commit(facts: dict[str, Any] | None) -> str | None:
     facts = facts or {}
     fingerprint = facts.get("fingerprint")
@@ -162,7 +162,7 @@ def signoff_document(result: SignoffResult) -> dict[str, Any]:
         "verdict": result.verdict.value,
         "exit_code": result.verdict.exit_code,
         "generated_at": result.generated_at,
-        "reports_dir": str(result.reports_dir),
+        "reports_dir": _relative_to(result.reports_dir, result.root),
         "required": result.required,
         "required_source": result.required_source,
         "families": sorted({family for backend in backends for family in backend["families"]}),

@@ -21,6 +21,7 @@ BASELINE_KINDS: tuple[tuple[str, str], ...] = (
     ("added", "tests added"),
     ("removed", "tests removed"),
 )
+ALWAYS_SHOWN = frozenset({"passed", "failed", "not-applicable", "skipped"})
 MAX_MESSAGE_CHARS = 1500
 HEADROOM_ROWS = 10
 
@@ -100,19 +101,29 @@ def provenance_text(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def shown_columns(document: dict[str, Any]) -> list[tuple[str, str]]:
+    """The count columns worth a column: the `ALWAYS_SHOWN`, and any other that is not 0."""
+    return [
+        (key, label)
+        for key, label in COUNT_COLUMNS
+        if key in ALWAYS_SHOWN or any(b["counts"].get(key) for b in document["backends"])
+    ]
+
+
 def _table(document: dict[str, Any]) -> list[str]:
+    columns = shown_columns(document)
     lines = [
         "| backend | status | required | source | "
-        + " | ".join(label for _, label in COUNT_COLUMNS)
+        + " | ".join(label for _, label in columns)
         + " | reason |",
-        "|---" * (5 + len(COUNT_COLUMNS)) + "|",
+        "|---" * (5 + len(columns)) + "|",
     ]
     for backend in document["backends"]:
         counts = backend["counts"]
         lines.append(
             f"| {backend['backend']} | **{backend['status']}** | "
             f"{'yes' if backend['required'] else 'no'} | {cell(source_text(backend))} | "
-            + " | ".join(str(counts.get(key, 0)) for key, _ in COUNT_COLUMNS)
+            + " | ".join(str(counts.get(key, 0)) for key, _ in columns)
             + f" | {cell(backend['reason'])} |"
         )
     return lines
