@@ -60,12 +60,12 @@ def test_fresh_evidence_passes(checkout: Path) -> None:
 
 def test_evidence_made_before_a_kernel_changed_is_stale_naming_the_file(checkout: Path) -> None:
     cuda_evidence(checkout)
-    (checkout / "kernels/triton_mla.py").write_text("# a faster, wronger kernel\n")
+    (checkout / "backends/triton_backend.py").write_text("# plans for another dtype\n")
     (checkout / "backends/rocm").mkdir()
     result = sign(checkout)
     cuda = result.backends["cuda"]
     assert cuda.status == Status.STALE
-    assert "is stale: changed: kernels/triton_mla.py; re-make it at this commit" in cuda.reason
+    assert "is stale: changed: backends/triton_backend.py; re-make it at this commit" in cuda.reason
     assert result.verdict == Verdict.INCOMPLETE and result.verdict.exit_code == 3
     assert result.blocking == [f"cuda: required but stale: {cuda.reason}"]
 
