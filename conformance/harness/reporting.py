@@ -16,7 +16,8 @@ What it does, and when:
   versions, git commit and timestamps. It is written when ``--junitxml`` is set and either the
   file name follows the convention (``<backend>.xml`` / ``<backend>-shard-I-of-N.xml``) or
   conformance tests were collected; a first version marked ``"finished": false`` is written at
-  session start so a run that crashes before pytest writes its JUnit leaves a trace.
+  session start so a run that crashes before pytest writes its JUnit leaves a trace. Once pytest
+  has written the JUnit file (``pytest_unconfigure``), its sha256 is added as ``junit_sha256``.
 - On a multi-GPU host, each xdist worker of a cuda/rocm run sees one GPU
   (`conformance.harness.gpu_pinning`).
 """

@@ -69,20 +69,26 @@ def test_an_unexplained_skip_blocks_the_pass(tmp_path: Path, expectations) -> No
     assert result.verdict == Verdict.INCOMPLETE
 
 
-def test_a_skip_listed_in_the_expectation_file_is_explained(tmp_path: Path, expectations) -> None:
-    (expectations / "cpu.txt").write_text(f"skip: {FIRST}  # hangs on this CPU\n")
-    write(tmp_path, outcomes={FIRST: "skipped"}, messages={FIRST: "something"})
+@pytest.mark.parametrize(
+    ("entry", "outcome", "message", "expected", "verdict"),
+    [
+        ("skip: {id}  # hangs", "skipped", "something", Outcome.EXPECTED_SKIP, Verdict.PASS),
+        ("", "skipped", "expected skip (cpu.txt:4): hangs", Outcome.EXPECTED_SKIP, Verdict.PASS),
+        ("{id}  # planner ignores kv dtype", "failed", "boom", Outcome.XFAIL, Verdict.PASS),
+        ("{id}  # was broken", "failed", "[XPASS(strict)] expected failure (cpu.txt:1): was broken",
+         Outcome.FAILED, Verdict.FAIL),
+        ("xfail: {id}  # known defect", "xfail", "flaky on Tuesdays", Outcome.XFAIL, Verdict.PASS),
+    ],
+    ids=["listed-skip", "plugin-marked-skip", "listed-failure", "strict-xpass", "listed-xfail"],
+)  # fmt: skip
+def test_an_expectation_entry_explains_what_it_lists(
+    tmp_path: Path, expectations, entry, outcome, message, expected, verdict
+) -> None:
+    if entry:
+        (expectations / "cpu.txt").write_text(entry.format(id=FIRST) + "\n")
+    write(tmp_path, outcomes={FIRST: outcome}, messages={FIRST: message})
     result = sign(tmp_path, expectations)
-    assert outcome_of(result, FIRST) == Outcome.EXPECTED_SKIP
-    assert result.verdict == Verdict.PASS
-
-
-def test_a_skip_marked_by_the_plugin_is_explained(tmp_path: Path, expectations) -> None:
-    message = "expected skip (cpu.txt:4): hangs"
-    write(tmp_path, outcomes={FIRST: "skipped"}, messages={FIRST: message})
-    result = sign(tmp_path, expectations)
-    assert outcome_of(result, FIRST) == Outcome.EXPECTED_SKIP
-    assert result.verdict == Verdict.PASS
+    assert (outcome_of(result, FIRST), result.verdict) == (expected, verdict)
 
 
 def test_an_unavailable_backend_is_not_run_with_its_reason(tmp_path: Path, expectations) -> None:
@@ -128,23 +134,6 @@ def test_failures_and_errors_fail_and_outrank_incompleteness(
     assert result.verdict.exit_code == 1
     (case,) = [case for case in cpu.cases if case.node_id == FIRST]
     assert case.message == "max_abs_err 0.3 > atol 0.013"
-
-
-def test_a_listed_failure_counts_as_xfail_at_sign_off(tmp_path: Path, expectations) -> None:
-    (expectations / "cpu.txt").write_text(f"{FIRST}  # planner ignores kv dtype (#46997)\n")
-    write(tmp_path, outcomes={FIRST: "failed"})
-    result = sign(tmp_path, expectations)
-    assert outcome_of(result, FIRST) == Outcome.XFAIL
-    assert result.verdict == Verdict.PASS
-
-
-def test_a_strict_xpass_stays_a_failure(tmp_path: Path, expectations) -> None:
-    (expectations / "cpu.txt").write_text(f"{FIRST}  # was broken\n")
-    message = "[XPASS(strict)] expected failure (cpu.txt:1): was broken"
-    write(tmp_path, outcomes={FIRST: "failed"}, messages={FIRST: message})
-    result = sign(tmp_path, expectations)
-    assert outcome_of(result, FIRST) == Outcome.FAILED
-    assert result.verdict == Verdict.FAIL
 
 
 def test_a_listed_test_that_passes_is_warned(tmp_path: Path, expectations) -> None:
@@ -256,14 +245,6 @@ def test_an_xfail_without_an_expectation_entry_is_unexplained(tmp_path: Path, ex
     assert outcome_of(result, FIRST) == Outcome.SKIPPED
     assert result.backends["cpu"].status == Status.INCOMPLETE
     assert "xfail with no expectation entry: flaky on Tuesdays" in result.backends["cpu"].reason
-
-
-def test_an_xfail_with_an_expectation_entry_is_explained(tmp_path: Path, expectations) -> None:
-    (expectations / "cpu.txt").write_text(f"xfail: {FIRST}  # known defect\n")
-    write(tmp_path, outcomes={FIRST: "xfail"}, messages={FIRST: "flaky on Tuesdays"})
-    result = sign(tmp_path, expectations)
-    assert outcome_of(result, FIRST) == Outcome.XFAIL
-    assert result.backends["cpu"].status == Status.PASS
 
 
 def test_not_applicable_is_counted_apart_and_never_blocks(tmp_path: Path, expectations) -> None:

@@ -84,8 +84,10 @@ def test_a_new_or_removed_behaviour_file_makes_evidence_stale(checkout: Path) ->
 
 def test_evidence_without_hashes_is_stale(checkout: Path) -> None:
     write_backend(checkout / "reports" / "evidence" / "2026-03-01-cuda", "cuda", IDS)
-    cuda = sign(checkout).backends["cuda"]
+    cuda = sign(checkout, write=True).backends["cuda"]
     assert cuda.status == Status.STALE
+    merged = (checkout / "reports" / "conformance.xml").read_text()
+    assert '<testcase name="cuda stale: evidence of 2026-03-01' in merged
     assert (
         "evidence of 2026-03-01 (commit 0123456789ab) is stale: no file hashes recorded"
         in cuda.reason
