@@ -23,8 +23,8 @@ from conformance.signoff.paths import relative_text
 EPILOG = f"""\
 Reads <reports>/junit/<backend>.xml and <backend>-shard-<i>-of-<n>.xml with their
 *.meta.json sidecars, plus committed evidence (<evidence>/<YYYY-MM-DD>-<backend>/) for
-backends without reports of their own. Writes <reports>/conformance.xml, signoff.md,
-signoff.json and signoff.html.
+backends without reports of their own (or whose own reports skipped every test).
+Writes <reports>/conformance.xml, signoff.md, signoff.json and signoff.html.
 
 Required backends: --release ({", ".join(RELEASE_BACKENDS)}) and/or --require; by default
 the backends this machine can run (backends.registry), else those with reports.
@@ -117,8 +117,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--save-evidence",
         default=None,
         metavar="BACKEND",
-        help="copy BACKEND's reports into <evidence>/<today>-BACKEND/ with versions.json, "
-        "then exit (to commit GPU results)",
+        help="copy BACKEND's reports into <evidence>/<today>-BACKEND/ with versions.json and "
+        "the fingerprint of its files, then exit (to commit GPU results); refuses a run in "
+        "which no test passed, made on the wrong kind of device, or whose claims disagree",
     )
 
 

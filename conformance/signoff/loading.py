@@ -21,9 +21,10 @@ from conformance.harness.sharding import Shard
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.model import CaseResult, Outcome, RunReport
 
-MAX_JUNIT_BYTES = 64 * 1024 * 1024
+MAX_JUNIT_BYTES = 16 * 1024 * 1024  # the suite's own reports are ~100 KB
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_DETAIL_CHARS = 4000
+MAX_TESTCASES = 100_000
 MAX_XML_DEPTH = 16  # pytest nests 5 deep (testsuites/testsuite/testcase/properties/property)
 TEARDOWN_PREFIX = "failed on teardown"
 SIDECAR_FORMAT_PREFIX = "mla-conformance-run/"
@@ -194,6 +195,10 @@ def cases_of(root: Element, *, path: Path) -> list[CaseResult]:
     """The test cases of a parsed JUnit document, one per node id."""
     by_id: dict[str, CaseResult] = {}
     for index, testcase in enumerate(root.iter("testcase")):
+        if index >= MAX_TESTCASES:
+            raise SignoffInputError(
+                path, f"holds more than {MAX_TESTCASES} testcases; the file is refused"
+            )
         name = testcase.get("name")
         if not name:
             raise SignoffInputError(path, f"testcase #{index + 1} has no name attribute")

@@ -270,3 +270,16 @@ def test_a_fifo_with_a_report_name_is_refused_without_blocking(reports: Path) ->
     os.mkfifo(fifo)
     result = run_signoff(offline_options(reports, write=False))
     assert any(f"{fifo}: is not a regular file" in i for i in result.backends["cpu"].issues)
+
+
+def test_a_huge_report_of_tiny_testcases_is_refused_in_bounded_time(reports: Path) -> None:
+    case = '<testcase classname="tests.conformance.test_metadata" name="t{}"/>'
+    body = "".join(case.format(index) for index in range(120_000))
+    path = reports / "junit" / "cpu-shard-1-of-2.xml"
+    path.write_text(f'<testsuites><testsuite name="mla-cpu">{body}</testsuite></testsuites>')
+    started = time.monotonic()
+    result = run_signoff(offline_options(reports, write=False))
+    assert time.monotonic() - started < 20
+    assert any(
+        f"{path}: holds more than 100000 testcases" in i for i in result.backends["cpu"].issues
+    )
