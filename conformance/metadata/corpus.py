@@ -19,7 +19,7 @@ from conformance.metadata.record import REQUIRED_FIELDS, CommonAttentionMetadata
 from conformance.metadata.validator import TENSOR_FIELDS
 
 BLOCK_SIZE = 16
-NUM_BLOCKS = 64
+NUM_BLOCKS = 64  # the base record holds block 63: the bound on block ids is tight
 # Two decodes, two prefills with context, one padding row; requests 0 and 1 decode.
 BASE = batch.BatchSpec((40, 50, 60, 70, 0), (1, 1, 6, 8, 0), "corpus")
 PAD_TAIL = 2  # padding tokens at the end of slot_mapping
@@ -188,6 +188,7 @@ def _other(c: Cam, seq_lens: tuple[int, ...], query_lens: tuple[int, ...]) -> Ca
 
 VALID: dict[str, Corrupt] = {
     "base-with-padding-row-and-tail": lambda c: c,
+    "empty-batch": lambda c: _other(c, (), ()),
     "all-padding-rows": lambda c: _other(c, (0, 0), (0, 0)),
     "kv-len-one": lambda c: _other(c, (1, 1, 9), (1, 1, 9)),
     "full-last-page": lambda c: _other(c, (32, 16, 48), (1, 1, 16)),

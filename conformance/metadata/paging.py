@@ -28,6 +28,13 @@ def check_padding_slots(cam: CommonAttentionMetadata) -> None:
         )
 
 
+def check_paging_facts(block_size: int | None, num_blocks: int | None) -> None:
+    """The paging facts themselves: a usage error (`ValueError`), not a bad record."""
+    for name, value in (("block_size", block_size), ("num_blocks", num_blocks)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name}: expected an int >= 1, found {value!r}")
+
+
 def check_paging(
     cam: CommonAttentionMetadata,
     qsl: torch.Tensor,
@@ -36,10 +43,6 @@ def check_paging(
     num_blocks: int | None,
 ) -> None:
     """Table width, live block ids, slots where the table puts them, write ownership."""
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size: expected an int >= 1, found {block_size!r}")
-    if num_blocks is not None and (not isinstance(num_blocks, int) or num_blocks < 1):
-        raise ValueError(f"num_blocks: expected an int >= 1, found {num_blocks!r}")
     table = cam.block_table_tensor.cpu().to(torch.int64)
     need = (seq + block_size - 1) // block_size
     live = []

@@ -13,7 +13,12 @@ from collections import Counter
 import torch
 
 from conformance.errors import MetadataError
-from conformance.metadata.paging import PAD_SLOT_ID, check_padding_slots, check_paging
+from conformance.metadata.paging import (
+    PAD_SLOT_ID,
+    check_padding_slots,
+    check_paging,
+    check_paging_facts,
+)
 from conformance.metadata.record import REQUIRED_FIELDS, CommonAttentionMetadata
 
 __all__ = ["PAD_SLOT_ID", "TENSOR_FIELDS", "validate"]
@@ -58,6 +63,7 @@ def validate(
     the table and the ownership of the blocks new tokens are written to all go
     unchecked. Without `num_blocks` live block ids are bounded below only.
     """
+    check_paging_facts(block_size, num_blocks)
     _check_required(cam)
     expected_device = _record_device(cam, device)
     for name, (dtype, where, _) in TENSOR_FIELDS.items():
@@ -120,7 +126,7 @@ def _check_tensor(t: torch.Tensor, name: str, dtype: torch.dtype, device: torch.
 
 
 def _check_num_reqs(cam: CommonAttentionMetadata) -> None:
-    """A `num_reqs` that the per-request tensors agree against is named as such."""
+    """A `num_reqs` that three of the four per-request counts contradict is named itself."""
     counts = []
     for name in ("query_start_loc", "query_start_loc_cpu", "seq_lens", "block_table_tensor"):
         t = getattr(cam, name)

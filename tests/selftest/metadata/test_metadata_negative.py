@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+import torch
 
-from backends import registry
+from backends import common, registry
 from backends.base import MetadataBuilder, PrefillMetadata
 from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
 from conformance.audit import construction
 from conformance.errors import MetadataError
-from conformance.metadata import batch, transforms
+from conformance.metadata import batch, paging, transforms
 from conformance.metadata import record as metadata
 from conformance.metadata import validator as validate_module
 from conformance.metadata.record import CommonAttentionMetadata
@@ -223,8 +224,6 @@ def test_benchmark_site_with_a_wrong_slot_fails_family_a(pytester, monkeypatch):
 
 
 def test_builder_validating_without_paging_facts_fails_family_a(pytester, monkeypatch):
-    from backends import common
-
     real = common.validate
 
     def without_paging(cam, **kwargs) -> None:
@@ -239,3 +238,14 @@ def test_builder_validating_without_paging_facts_fails_family_a(pytester, monkey
         "FAILED *[[]write-into-another-requests-prefix[]]*",
         at_least=10,
     )
+
+
+def test_builder_refusing_shared_prefix_blocks_fails_family_a(pytester, monkeypatch):
+    def no_sharing_at_all(live, writes) -> None:
+        """BROKEN: a block live in two requests is refused even when both only read it."""
+        blocks = torch.cat(live) if live else torch.empty(0)
+        if blocks.unique().numel() != blocks.numel():
+            raise MetadataError("block_table_tensor", "no block in two requests", "a shared one")
+
+    monkeypatch.setattr(paging, "_check_ownership", no_sharing_at_all)
+    family_a_fails(pytester, "accepts_valid_edge_case", "FAILED *[[]shared-read-only-prefix[]]*")

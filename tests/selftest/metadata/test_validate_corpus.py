@@ -62,6 +62,10 @@ def test_the_corpus_covers_every_class():
     assert {"list", "dtype", "device", "shape", "none"} <= kinds
 
 
+def test_the_base_record_uses_the_last_block_of_the_cache():
+    assert int(corpus.make_record().block_table_tensor.max()) == corpus.NUM_BLOCKS - 1
+
+
 @pytest.mark.parametrize("case", sorted(corpus.CORRUPTIONS))
 def test_malformed_record_is_rejected_naming_its_field(case, check):
     want, corrupt = corpus.CORRUPTIONS[case]
