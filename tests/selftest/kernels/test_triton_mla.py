@@ -1,4 +1,4 @@
-"""Self-tests of the Triton persistent MLA decode and reduce kernels (kernels/triton_mla.py).
+"""Self-tests of the Triton persistent MLA decode and reduce kernels (kernels/triton_mla/).
 
 On a machine without CUDA the kernels run on the Triton CPU interpreter (``TRITON_INTERPRET=1``
 is set here, before Triton is imported); with CUDA they run natively. Plans are made by hand
@@ -18,7 +18,6 @@ perturbs O = ΣpV/Σp by < ε·max|V|, rounding O by < ε·|O|, and fp32 accumul
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import math
 import os
@@ -38,8 +37,8 @@ from conformance.persistent.plan import WorkPlan  # noqa: E402
 
 if not ON_GPU and not os.environ.get("TRITON_INTERPRET") == "1":  # pragma: no cover
     pytest.skip("TRITON_INTERPRET was unset after import", allow_module_level=True)
-if not ON_GPU and type(tm._persistent_mla_decode_kernel).__name__ != "InterpretedFunction":
-    tm = importlib.reload(tm)  # imported earlier without the interpreter: decorate again
+if not ON_GPU and not tm.interpreted():
+    tm = tm.reload_kernels()  # imported earlier without the interpreter: decorate again
 
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 FP8 = getattr(torch, "float8_e4m3fn", None)
