@@ -16,6 +16,8 @@ from typing import Any
 
 from benchmarks.decode.cases import KV_SCALE_FP8, PAGE_SIZE, Q_SCALE_FP8, SM_SCALE, Case
 
+PAGED_FIELDS = ("kv_indptr", "kv_indices", "kv_last_page_lens", "qo_indptr")
+
 
 @dataclasses.dataclass
 class Batch:
@@ -39,12 +41,7 @@ class Batch:
 
     def paged_kwargs(self) -> dict[str, Any]:
         """The paged-KV keyword arguments of `kernels.triton_mla.persistent_mla_decode`."""
-        return {
-            "kv_indptr": self.kv_indptr,
-            "kv_indices": self.kv_indices,
-            "kv_last_page_lens": self.kv_last_page_lens,
-            "qo_indptr": self.qo_indptr,
-        }
+        return {name: getattr(self, name) for name in PAGED_FIELDS}
 
     def empty_outputs(self) -> tuple[Any, Any]:
         """Preallocated (out ``[rows, H, 512]`` bf16, lse ``[rows, H]`` fp32)."""
@@ -94,23 +91,13 @@ def make_batch(case: Case, device: Any, seed: int = 0) -> Batch:
     else:
         q = q.to(torch.bfloat16)
         q_bf16 = q
+    on_device = {"kv_indptr": kv_indptr, "kv_indices": kv_indices, "kv_last_page_lens": last}
     return Batch(
-        case=case,
-        q=q,
-        q_bf16=q_bf16,
-        kv_cache=cache,
-        block_table=cam.block_table_tensor,
-        seq_lens=cam.seq_lens,
-        qo_indptr=cam.query_start_loc,
-        qo_indptr_cpu=cam.query_start_loc_cpu,
-        kv_indptr=kv_indptr.to(device),
-        kv_indptr_cpu=kv_indptr,
-        kv_indices=kv_indices.to(device),
-        kv_last_page_lens=last.to(device),
-        kv_last_page_lens_cpu=last,
-        q_scale=q_scale,
-        kv_scale=kv_scale,
-    )
+        case=case, q=q, q_bf16=q_bf16, kv_cache=cache, q_scale=q_scale, kv_scale=kv_scale,
+        block_table=cam.block_table_tensor, seq_lens=cam.seq_lens, qo_indptr=cam.query_start_loc,
+        qo_indptr_cpu=cam.query_start_loc_cpu, kv_indptr_cpu=kv_indptr, kv_last_page_lens_cpu=last,
+        **{name: t.to(device) for name, t in on_device.items()},
+    )  # fmt: skip
 
 
 def reference_rows(batch: Batch, requests: Sequence[int]) -> tuple[Any, Any, Any]:

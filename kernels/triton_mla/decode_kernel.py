@@ -4,9 +4,9 @@ Loop structure: the tiles below every row's causal limit and the work's kv end r
 (no load masks, no score mask; the page id of the next tile is read one tile ahead, so
 Triton's pipeliner gives the KV loads all of ``num_stages``); the last, partial tiles run
 masked; pages smaller than a tile take one page lookup per token. Each tile is one
-`_attend` step (`kernels.triton_mla.tile`). One kernel in one module: its work loop, row
-packing, tile loops and epilogue share some twenty locals, and splitting it further would
-scatter one loop nest over several files.
+`_attend` step (`kernels.triton_mla.tile`; `_load_attend` loads the tile first). One kernel
+in one module: its work loop, row packing, tile loops and epilogue share some twenty locals,
+and splitting it further would scatter one loop nest over several files.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.triton_mla.tile import _attend, _load_tile, _operand, _tile_ptr
+from kernels.triton_mla.tile import _attend, _load_attend, _operand, _tile_ptr
 
 
 @triton.jit
@@ -223,26 +223,20 @@ def _persistent_mla_decode_kernel(
                         page = tl.load(
                             kv_indices_ptr + page_begin + next_page, mask=has_pages, other=0
                         )
-                        kv, k_rope = _load_tile(
-                            kv_base, tile_kv_offs, tile_rope_offs, n0 + offs_n, tok_hi, False
-                        )
-                        acc, m_i, l_i = _attend(
-                            acc, m_i, l_i, q_nope, q_rope, kv, k_rope, n0 + offs_n, row_hi,
-                            score_scale, MASKED=False, DOT_T=DOT_T, QK_FP8=QK_FP8, P_FP8=P_FP8,
-                            V_F16=V_F16, F16_TILE=F16_TILE, ABLATE=ABLATE,
+                        acc, m_i, l_i = _load_attend(
+                            acc, m_i, l_i, q_nope, q_rope, kv_base, tile_kv_offs, tile_rope_offs,
+                            n0 + offs_n, tok_hi, row_hi, score_scale, False, DOT_T, QK_FP8, P_FP8,
+                            V_F16, F16_TILE, ABLATE,
                         )  # fmt: skip
                 for n0 in tl.range(n_full, tok_hi, BLOCK_N, num_stages=1):
                     page = tl.load(kv_indices_ptr + page_begin + n0 // PAGE_SIZE)
                     kv_base = _tile_ptr(
                         kv_ptr, page, n0, stride_kv_block, stride_kv_slot, PAGE_SIZE
                     )
-                    kv, k_rope = _load_tile(
-                        kv_base, tile_kv_offs, tile_rope_offs, n0 + offs_n, tok_hi, True
-                    )
-                    acc, m_i, l_i = _attend(
-                        acc, m_i, l_i, q_nope, q_rope, kv, k_rope, n0 + offs_n, row_hi,
-                        score_scale, MASKED=True, DOT_T=DOT_T, QK_FP8=QK_FP8, P_FP8=P_FP8,
-                        V_F16=V_F16, F16_TILE=F16_TILE, ABLATE=ABLATE,
+                    acc, m_i, l_i = _load_attend(
+                        acc, m_i, l_i, q_nope, q_rope, kv_base, tile_kv_offs, tile_rope_offs,
+                        n0 + offs_n, tok_hi, row_hi, score_scale, True, DOT_T, QK_FP8, P_FP8,
+                        V_F16, F16_TILE, ABLATE,
                     )  # fmt: skip
             else:
                 # Pages smaller than a tile: one page lookup per token, every tile masked.
@@ -254,14 +248,10 @@ def _persistent_mla_decode_kernel(
                     kv_row = page.to(tl.int64) * stride_kv_block + (
                         (pos % PAGE_SIZE).to(tl.int64) * stride_kv_slot
                     )
-                    kv, k_rope = _load_tile(
-                        kv_ptr, kv_row[:, None] + offs_v[None, :],
-                        kv_row[:, None] + D_V + offs_r[None, :], pos, tok_hi, True,
-                    )  # fmt: skip
-                    acc, m_i, l_i = _attend(
-                        acc, m_i, l_i, q_nope, q_rope, kv, k_rope, pos, row_hi, score_scale,
-                        MASKED=True, DOT_T=DOT_T, QK_FP8=QK_FP8, P_FP8=P_FP8,
-                        V_F16=V_F16, F16_TILE=F16_TILE, ABLATE=ABLATE,
+                    acc, m_i, l_i = _load_attend(
+                        acc, m_i, l_i, q_nope, q_rope, kv_ptr, kv_row[:, None] + offs_v[None, :],
+                        kv_row[:, None] + D_V + offs_r[None, :], pos, tok_hi, row_hi, score_scale,
+                        True, DOT_T, QK_FP8, P_FP8, V_F16, F16_TILE, ABLATE,
                     )  # fmt: skip
 
             seen = l_i > 0.0

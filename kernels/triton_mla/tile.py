@@ -2,8 +2,8 @@
 
 `_attend` is the step every loop of the decode kernel runs: QK over the latent and rope
 blocks, the exp2 softmax update, PV with the latent block as V. `_tile_ptr` and `_load_tile`
-address and load one tile of a page. `interpreted` tells whether these were decorated under
-``TRITON_INTERPRET=1``.
+address and load one tile of a page; `_load_attend` loads a tile and attends to it.
+`interpreted` tells whether these were decorated under ``TRITON_INTERPRET=1``.
 """
 
 from __future__ import annotations
@@ -115,3 +115,17 @@ def _attend(
     if ABLATE != 1:  # ABLATE == 1, a timing probe only: no PV dot
         acc = tl.dot(p_op, v_op, acc)
     return acc, m_new, l_i
+
+
+@triton.jit
+def _load_attend(
+    acc, m_i, l_i, q_nope, q_rope, kv_base, kv_offs, rope_offs, pos, tok_hi, row_hi, score_scale,
+    MASKED: tl.constexpr, DOT_T: tl.constexpr, QK_FP8: tl.constexpr, P_FP8: tl.constexpr,
+    V_F16: tl.constexpr, F16_TILE: tl.constexpr, ABLATE: tl.constexpr,
+):  # fmt: skip
+    """`_load_tile` then `_attend`: one loaded KV tile of the online softmax."""
+    kv, k_rope = _load_tile(kv_base, kv_offs, rope_offs, pos, tok_hi, MASKED)
+    return _attend(
+        acc, m_i, l_i, q_nope, q_rope, kv, k_rope, pos, row_hi, score_scale, MASKED=MASKED,
+        DOT_T=DOT_T, QK_FP8=QK_FP8, P_FP8=P_FP8, V_F16=V_F16, F16_TILE=F16_TILE, ABLATE=ABLATE,
+    )  # fmt: skip

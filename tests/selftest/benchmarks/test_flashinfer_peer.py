@@ -10,12 +10,13 @@ peers under Triton's interpreter, the stand-in as FlashInfer, a stand-in timer).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -30,18 +31,8 @@ FAKE_PATH = Path(__file__).with_name("fake_flashinfer.py")
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _load_fake() -> Any:  # -> the fake_flashinfer module
-    name = "mla_selftest_fake_flashinfer"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, FAKE_PATH)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fake = _load_fake()
+# Run as a file (it is no package module): its classes are the ones `install` puts in place.
+fake = SimpleNamespace(**runpy.run_path(str(FAKE_PATH)))
 FakeWrapper = fake.FakeWrapper
 
 

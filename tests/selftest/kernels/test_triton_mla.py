@@ -72,16 +72,9 @@ class MlaCase:
 
     def launch_kwargs(self) -> dict[str, object]:
         """Keyword arguments for `persistent_mla_decode`."""
-        return {
-            "kv_indptr": self.kv_indptr,
-            "kv_indices": self.kv_indices,
-            "kv_last_page_lens": self.kv_last_page_lens,
-            "qo_indptr": self.qo_indptr,
-            "page_size": self.page_size,
-            "sm_scale": SM_SCALE,
-            "q_scale": self.q_scale,
-            "kv_scale": self.kv_scale,
-        }
+        names = ("kv_indptr", "kv_indices", "kv_last_page_lens", "qo_indptr", "page_size")
+        kwargs = {name: getattr(self, name) for name in (*names, "q_scale", "kv_scale")}
+        return kwargs | {"sm_scale": SM_SCALE}
 
 
 def make_case(
