@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.triton_mla.tile import _attend, _load_attend, _operand, _tile_ptr
+from kernels.triton_mla.tile import _attend, _load_attend, _operand, _store_rows, _tile_ptr
 
 
 @triton.jit
@@ -261,14 +261,10 @@ def _persistent_mla_decode_kernel(
                 seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) / 1.4426950408889634, float("-inf")
             )
             if partial_loc < 0:
-                o_row = token.to(tl.int64) * stride_o_tok + head.to(tl.int64) * stride_o_head
-                tl.store(
-                    out_ptr + o_row[:, None] + offs_v[None, :],
-                    o.to(out_ptr.dtype.element_ty),
-                    mask=row_ok[:, None],
-                )
-                l_off = token.to(tl.int64) * stride_lse_tok + head.to(tl.int64) * stride_lse_head
-                tl.store(lse_ptr + l_off, lse, mask=row_ok)
+                _store_rows(
+                    out_ptr, lse_ptr, o, lse, token, head, offs_v, row_ok, stride_o_tok,
+                    stride_o_head, stride_lse_tok, stride_lse_head,
+                )  # fmt: skip
             else:
                 prow = (partial_loc + vrow - qo_start).to(tl.int64)
                 phead = (part_head + head_local).to(tl.int64)

@@ -12,7 +12,7 @@ import triton.language as tl
 
 from conformance.persistent.plan import WorkPlan
 from kernels.triton_mla.config import LATENT_DIM, REDUCE_CONFIGS, check_fault, plan_on
-from kernels.triton_mla.tile import interpreted
+from kernels.triton_mla.tile import _store_rows, interpreted
 
 
 @triton.jit
@@ -97,14 +97,10 @@ def _mla_reduce_kernel(
             lse = tl.where(seen, m_fin + tl.log(tl.where(seen, den, 1.0)), float("-inf"))
             token = (vrow // (fold_ratio * seq_q)) * seq_q + vrow % seq_q
             head = (vrow // seq_q) % fold_ratio * heads_per_work + heads
-            o_row = token.to(tl.int64) * stride_o_tok + head.to(tl.int64) * stride_o_head
-            tl.store(
-                out_ptr + o_row[:, None] + offs_v[None, :],
-                o.to(out_ptr.dtype.element_ty),
-                mask=head_ok[:, None],
-            )
-            l_off = token.to(tl.int64) * stride_lse_tok + head.to(tl.int64) * stride_lse_head
-            tl.store(lse_ptr + l_off, lse, mask=head_ok)
+            _store_rows(
+                out_ptr, lse_ptr, o, lse, token, head, offs_v, head_ok, stride_o_tok,
+                stride_o_head, stride_lse_tok, stride_lse_head,
+            )  # fmt: skip
 
 
 def mla_reduce(

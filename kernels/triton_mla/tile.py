@@ -2,7 +2,8 @@
 
 `_attend` is the step every loop of the decode kernel runs: QK over the latent and rope
 blocks, the exp2 softmax update, PV with the latent block as V. `_tile_ptr` and `_load_tile`
-address and load one tile of a page; `_load_attend` loads a tile and attends to it.
+address and load one tile of a page; `_load_attend` loads a tile and attends to it;
+`_store_rows` writes final output rows (the decode's unsplit works and the reduce).
 `interpreted` tells whether these were decorated under ``TRITON_INTERPRET=1``.
 """
 
@@ -129,3 +130,19 @@ def _load_attend(
         acc, m_i, l_i, q_nope, q_rope, kv, k_rope, pos, row_hi, score_scale, MASKED=MASKED,
         DOT_T=DOT_T, QK_FP8=QK_FP8, P_FP8=P_FP8, V_F16=V_F16, F16_TILE=F16_TILE, ABLATE=ABLATE,
     )  # fmt: skip
+
+
+@triton.jit
+def _store_rows(
+    out_ptr, lse_ptr, o, lse, token, head, offs_v, mask, stride_o_tok, stride_o_head,
+    stride_lse_tok, stride_lse_head,
+):  # fmt: skip
+    """Final rows at (`token`, `head`) where `mask`: O in the output's dtype, fp32 LSE."""
+    o_row = token.to(tl.int64) * stride_o_tok + head.to(tl.int64) * stride_o_head
+    tl.store(
+        out_ptr + o_row[:, None] + offs_v[None, :],
+        o.to(out_ptr.dtype.element_ty),
+        mask=mask[:, None],
+    )
+    l_off = token.to(tl.int64) * stride_lse_tok + head.to(tl.int64) * stride_lse_head
+    tl.store(lse_ptr + l_off, lse, mask=mask)

@@ -1,10 +1,11 @@
 """Self-tests of the Triton persistent MLA decode and reduce kernels (kernels/triton_mla/).
 
-On a machine without CUDA the kernels run on the Triton CPU interpreter (``TRITON_INTERPRET=1``
-is set here, before Triton is imported); with CUDA they run natively. Plans are made by hand
-(`hand_plan`) and cover unsplit and split works, page sizes 1 and 16, a permuted block table,
-causal q_len 2 (with a fully masked row and a fully masked split), H=16, a folded H=32 plan,
-a non-power-of-two head count, multi-chunk tiles, and bf16/fp8 KV with a non-unit kv_scale.
+On a machine without CUDA the kernels run on the Triton CPU interpreter (triton_cases.py sets
+``TRITON_INTERPRET=1`` before Triton is imported); with CUDA they run natively. Plans are made
+by hand (`hand_plan`) and cover unsplit and split works, page sizes 1 and 16, a permuted block
+table, causal q_len 2 (with a fully masked row and a fully masked split), H=16, a folded H=32
+plan, a non-power-of-two head count, multi-chunk tiles, and bf16/fp8 KV with a non-unit
+kv_scale.
 Every KV-cache slot past a sequence and every unused page holds NaN.
 
 Error model (fp64 reference from the same quantised inputs): q and K are exact in bf16 (fp8
@@ -18,280 +19,20 @@ perturbs O = ΣpV/Σp by < ε·max|V|, rounding O by < ε·|O|, and fp32 accumul
 
 from __future__ import annotations
 
-import itertools
-import math
-import os
-from dataclasses import dataclass
+import runpy
+from pathlib import Path
 
 import pytest
 import torch
 
-ON_GPU = torch.cuda.is_available()
-if not ON_GPU:
-    os.environ["TRITON_INTERPRET"] = "1"
-
-pytest.importorskip("triton", reason="triton is not installed; the Triton MLA kernels need it")
-
-import kernels.triton_mla as tm  # noqa: E402
-from conformance.persistent.plan import WorkPlan  # noqa: E402
-
-if not ON_GPU and not os.environ.get("TRITON_INTERPRET") == "1":  # pragma: no cover
-    pytest.skip("TRITON_INTERPRET was unset after import", allow_module_level=True)
-if not ON_GPU and not tm.interpreted():
-    tm = tm.reload_kernels()  # imported earlier without the interpreter: decorate again
-
-DEVICE = torch.device("cuda" if ON_GPU else "cpu")
-FP8 = getattr(torch, "float8_e4m3fn", None)
-BF16_REL_ERR = 2.0**-7  # one bf16 ulp, relative
-LSE_ABS_TOL = 1e-4
-# q ~ N(0, 1) and k ~ N(0, 0.01) give scores of std ≈ 1.2 with this scale: a softmax far from
-# uniform, so a missing rescale, mask or rope term changes the output well beyond tolerance.
-SM_SCALE = 0.5
-
-
-# --------------------------------------------------------------------------------------------
-# Inputs, plans, reference
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class MlaCase:
-    """One decode problem: inputs in kernel layout plus the reference's dequantised view."""
-
-    q: torch.Tensor
-    kv_cache: torch.Tensor
-    kv_indptr: torch.Tensor
-    kv_indices: torch.Tensor
-    kv_last_page_lens: torch.Tensor
-    qo_indptr: torch.Tensor
-    kv_lens: list[int]
-    q_len: int
-    page_size: int
-    q_scale: float
-    kv_scale: float
-
-    def launch_kwargs(self) -> dict[str, object]:
-        """Keyword arguments for `persistent_mla_decode`."""
-        names = ("kv_indptr", "kv_indices", "kv_last_page_lens", "qo_indptr", "page_size")
-        kwargs = {name: getattr(self, name) for name in (*names, "q_scale", "kv_scale")}
-        return kwargs | {"sm_scale": SM_SCALE}
-
-
-def make_case(
-    kv_lens: list[int],
-    *,
-    q_len: int,
-    num_heads: int,
-    page_size: int,
-    kv_dtype: torch.dtype = torch.bfloat16,
-    kv_scale: float = 1.0,
-    q_dtype: torch.dtype = torch.bfloat16,
-    q_scale: float = 1.0,
-    seed: int = 0,
-) -> MlaCase:
-    """Random q and paged cache (permuted pages, NaN past every sequence and in spare pages)."""
-    gen = torch.Generator().manual_seed(seed)
-    pages = [math.ceil(n / page_size) for n in kv_lens]
-    total_pages = sum(pages)
-    num_blocks = total_pages + 3
-    physical = torch.randperm(num_blocks, generator=gen)[:total_pages]
-    cache = (torch.randn(num_blocks, page_size, 576, generator=gen) / 10).clamp(-1, 1)
-    cache = cache / kv_scale
-    cache.fill_(float("nan"))  # every slot poisoned, valid tokens written below
-    values = (torch.randn(total_pages * page_size, 576, generator=gen) / 10).clamp(-1, 1)
-    cursor = 0
-    for b, n in enumerate(kv_lens):
-        for p in range(n):
-            page = int(physical[sum(pages[:b]) + p // page_size])
-            cache[page, p % page_size] = values[cursor] / kv_scale
-            cursor += 1
-    q = torch.randn(len(kv_lens) * q_len, num_heads, 576, generator=gen).clamp(-4, 4)
-    kv_indptr = torch.tensor([0, *torch.tensor(pages).cumsum(0).tolist()], dtype=torch.int32)
-    last = [n - (p - 1) * page_size if p else 0 for n, p in zip(kv_lens, pages, strict=True)]
-    return MlaCase(
-        q=(q / q_scale).to(q_dtype).to(DEVICE),
-        kv_cache=cache.to(kv_dtype).to(DEVICE),
-        kv_indptr=kv_indptr.to(DEVICE),
-        kv_indices=physical.to(torch.int32).to(DEVICE),
-        kv_last_page_lens=torch.tensor(last, dtype=torch.int32).to(DEVICE),
-        qo_indptr=(torch.arange(len(kv_lens) + 1, dtype=torch.int32) * q_len).to(DEVICE),
-        kv_lens=list(kv_lens),
-        q_len=q_len,
-        page_size=page_size,
-        q_scale=q_scale,
-        kv_scale=kv_scale,
-    )
-
-
-def gather_kv(case: MlaCase, batch: int) -> torch.Tensor:
-    """Dequantised kv tokens ``[L, 576]`` (fp64, kv_scale applied) of one request."""
-    indptr = case.kv_indptr.tolist()
-    indices = case.kv_indices.tolist()
-    rows = []
-    for p in range(case.kv_lens[batch]):
-        page = indices[indptr[batch] + p // case.page_size]
-        rows.append(case.kv_cache[page, p % case.page_size].double().cpu())
-    if not rows:
-        return torch.zeros(0, 576, dtype=torch.float64)
-    return torch.stack(rows) * case.kv_scale
-
-
-def reference(case: MlaCase, *, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp64 monolithic causal MLA decode: (out [T, H, 512], lse [T, H]); empty rows → 0, −inf."""
-    q = case.q.double().cpu() * case.q_scale
-    tokens, heads, _ = q.shape
-    out = torch.zeros(tokens, heads, 512, dtype=torch.float64)
-    lse = torch.full((tokens, heads), float("-inf"), dtype=torch.float64)
-    s = case.q_len
-    for b, kv_len in enumerate(case.kv_lens):
-        kv = gather_kv(case, b)
-        for i in range(s):
-            t = b * s + i
-            visible = kv_len - s + i + 1 if causal else kv_len
-            if visible <= 0:
-                continue
-            k = kv[:visible]
-            scores = q[t] @ k.T * SM_SCALE  # [H, visible]
-            lse[t] = torch.logsumexp(scores, dim=-1)
-            out[t] = torch.softmax(scores, dim=-1) @ k[:, :512]
-    return out, lse
-
-
-@dataclass
-class Tile:
-    """A qo tile of a hand-made plan: virtual batch, virtual q rows, kv page cut points."""
-
-    vbatch: int
-    qo_start: int
-    qo_end: int
-    cuts: tuple[int, ...] = ()  # page counts (relative to the batch) where the kv is split
-
-
-def hand_plan(
-    case: MlaCase,
-    tiles: list[Tile],
-    *,
-    num_programs: int,
-    heads_per_work: int,
-    fold_ratio: int = 1,
-) -> WorkPlan:
-    """An AITER-v1-layout plan for `tiles`; works are dealt to programs in contiguous chunks."""
-    indptr = case.kv_indptr.tolist()
-    works: list[list[int]] = []
-    reduce_indptr = [0]
-    final_map: list[tuple[int, int]] = []
-    partial_map: list[int] = []
-    ts = max(t.qo_end - t.qo_start for t in tiles)
-    next_loc = 0
-    for tile in tiles:
-        b = tile.vbatch // fold_ratio
-        num_pages = indptr[b + 1] - indptr[b]
-        bounds = [0, *tile.cuts, num_pages]
-        split = len(bounds) > 2
-        for lo, hi in itertools.pairwise(bounds):
-            loc = -1
-            if split:
-                loc = next_loc
-                partial_map.append(loc)
-                next_loc += ts
-            kv_offset = case.kv_lens[b] - min(hi * case.page_size, case.kv_lens[b])
-            works.append(
-                [tile.vbatch, loc, tile.qo_start, tile.qo_end, indptr[b] + lo, indptr[b] + hi,
-                 kv_offset, 0]
-            )  # fmt: skip
-        reduce_indptr.append(len(partial_map))
-        final_map.append((tile.qo_start, tile.qo_end) if split else (-1, -2))
-    chunk = math.ceil(len(works) / num_programs)
-    work_indptr = [min(c * chunk, len(works)) for c in range(num_programs + 1)]
-    as_i32 = {"dtype": torch.int32}
-    return WorkPlan(
-        work_indptr=torch.tensor(work_indptr, **as_i32),
-        work_info_set=torch.tensor(works, **as_i32).reshape(-1, 8),
-        reduce_indptr=torch.tensor([*reduce_indptr, len(partial_map)], **as_i32),
-        reduce_final_map=torch.tensor([*final_map, (-1, -2)], **as_i32),
-        reduce_partial_map=torch.tensor(partial_map or [0], **as_i32),
-        num_works=len(works),
-        num_partials=len(partial_map),
-        num_tiles=len(tiles),
-        fold_ratio=fold_ratio,
-        heads_per_work=heads_per_work,
-        max_seqlen_qo=case.q_len,
-        params={"source": "hand_plan"},
-    )
-
-
-def run(case: MlaCase, plan: WorkPlan, *, causal: bool = True, **kwargs: object):
-    """Launch into NaN-prefilled outputs (so unwritten rows show) and return them on the CPU."""
-    tokens, heads, _ = case.q.shape
-    out = torch.full((tokens, heads, 512), float("nan"), dtype=torch.bfloat16, device=DEVICE)
-    lse = torch.full((tokens, heads), float("nan"), dtype=torch.float32, device=DEVICE)
-    tm.persistent_mla_decode(
-        case.q, case.kv_cache, plan, causal=causal, out=out, lse=lse,
-        **case.launch_kwargs(), **kwargs,
-    )  # fmt: skip
-    return out.double().cpu(), lse.double().cpu()
-
-
-def assert_matches_reference(
-    *,
-    out: torch.Tensor,
-    lse: torch.Tensor,
-    ref_out: torch.Tensor,
-    ref_lse: torch.Tensor,
-    v_max: float,
-    p_rel_err: float = BF16_REL_ERR,
-) -> None:
-    """Check out/lse against the fp64 reference with the error model of the module docstring.
-
-    `p_rel_err` is the relative error of the rounding of P before ``P @ V``.
-    """
-    __tracebackhide__ = True
-    assert torch.isfinite(out).all(), (
-        f"non-finite output at {(~torch.isfinite(out)).nonzero()[:5].tolist()}"
-    )
-    empty = torch.isneginf(ref_lse)
-    assert torch.equal(torch.isneginf(lse), empty), (
-        f"lse=-inf at {torch.isneginf(lse).nonzero().tolist()}, "
-        f"expected at {empty.nonzero().tolist()}"
-    )
-    assert not torch.isnan(lse).any(), f"NaN lse at {torch.isnan(lse).nonzero()[:5].tolist()}"
-    assert (out[empty] == 0).all(), "rows with no visible kv must have O = 0"
-    tol = p_rel_err * v_max + BF16_REL_ERR * ref_out.abs() + 1e-5 * v_max
-    err = (out - ref_out).abs()
-    worst = (err - tol).argmax()
-    assert (err <= tol).all(), (
-        f"|O - ref| exceeds tolerance at flat index {int(worst)}: err={err.flatten()[worst]:.3e}, "
-        f"tol={tol.flatten()[worst]:.3e}, ref={ref_out.flatten()[worst]:.4f}"
-    )
-    finite = ~empty
-    lse_err = (lse[finite] - ref_lse[finite]).abs().max() if finite.any() else torch.tensor(0.0)
-    assert lse_err <= LSE_ABS_TOL, f"max |lse - ref| = {float(lse_err):.3e} > {LSE_ABS_TOL}"
-
-
-def check(
-    case: MlaCase,
-    plan: WorkPlan,
-    *,
-    causal: bool = True,
-    p_rel_err: float = BF16_REL_ERR,
-    **kwargs: object,
-) -> torch.Tensor:
-    """Run the kernel on `plan`, assert it matches the fp64 reference; return the output."""
-    __tracebackhide__ = True
-    out, lse = run(case, plan, causal=causal, **kwargs)
-    ref_out, ref_lse = reference(case, causal=causal)
-    v_max = max((gather_kv(case, b)[:, :512].abs().max().item() for b in range(len(case.kv_lens))
-                 if case.kv_lens[b]), default=0.0)  # fmt: skip
-    assert_matches_reference(
-        out=out, lse=lse, ref_out=ref_out, ref_lse=ref_lse, v_max=v_max, p_rel_err=p_rel_err
-    )
-    return out
-
-
-def unfolded_tiles(case: MlaCase, cuts: dict[int, tuple[int, ...]]) -> list[Tile]:
-    """One qo tile per batch covering all its q tokens, split at `cuts[b]`."""
-    s = case.q_len
-    return [Tile(b, b * s, (b + 1) * s, cuts.get(b, ())) for b in range(len(case.kv_lens))]
+# Inputs, plans and reference (triton_cases.py is a helper, not a test module); importing it
+# puts the kernels on Triton's interpreter when there is no CUDA device.
+_CASES = runpy.run_path(str(Path(__file__).with_name("triton_cases.py")))
+NAMES = "BF16_REL_ERR DEVICE FP8 Tile WorkPlan check hand_plan make_case planned run tm"
+BF16_REL_ERR, DEVICE, FP8, Tile, WorkPlan, check, hand_plan, make_case, planned, run, tm = (
+    _CASES[name] for name in NAMES.split()
+)
+unfolded_tiles = _CASES["unfolded_tiles"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -365,19 +106,6 @@ def test_non_power_of_two_heads_one_token_per_tile() -> None:
     tiles = [Tile(b, t, t + 1, (1,)) for b in range(2) for t in (2 * b, 2 * b + 1)]
     plan = hand_plan(case, tiles, num_programs=3, heads_per_work=48)
     check(case, plan, causal=True)
-
-
-def planned(case: MlaCase, *, arch: str, num_cus: int, causal: bool = True) -> WorkPlan:
-    """A plan from the suite's planner (kv granularity one page, so tiny contexts split)."""
-    from conformance.persistent import plan_persistent_decode
-
-    return plan_persistent_decode(
-        case.qo_indptr.cpu(), case.kv_indptr.cpu(), case.kv_last_page_lens.cpu(),
-        num_heads_q=case.q.shape[1], max_seqlen_qo=case.q_len, uni_seqlen_qo=case.q_len,
-        page_size=case.page_size, kv_granularity=1, causal=causal,
-        max_split_per_batch=-1, q_dtype=case.q.dtype, kv_dtype=case.kv_cache.dtype, arch=arch,
-        num_cus=num_cus,
-    )  # fmt: skip
 
 
 PLANNER_CASES = [
