@@ -9,10 +9,14 @@
 # <date>-<gpu>.{json,md}, versions.json and log.txt. Extra arguments go to the benchmark
 # (default --quick: the side-by-side table; give e.g. --tune for more).
 #
-#   scripts/gpu_bench.sh [OUTDIR] [benchmark arguments...]
+#   scripts/gpu_bench.sh [OUTDIR] [benchmark arguments...]      e.g. scripts/gpu_bench.sh "$OUT"
 set -uo pipefail
-out=${1:-${OUT:?usage: scripts/gpu_bench.sh OUTDIR [benchmark arguments...]}}
-shift || true
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+  out=$1
+  shift
+else
+  out=${OUT:?usage: scripts/gpu_bench.sh [OUTDIR] [benchmark arguments...] (OUTDIR defaults to \$OUT)}
+fi
 [ $# -gt 0 ] || set -- --quick
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
