@@ -37,8 +37,10 @@ truncates fp32→bf16 conversions where a GPU rounds to nearest.)
 Modules: `config` (dimensions, tile configurations, faults), `tile` (one KV tile of the
 online softmax), `decode_kernel` (the persistent decode kernel), `reduce` (the reduce kernel
 and `mla_reduce`), `launch` (`persistent_mla_decode`). This package imports Triton at import
-time; set ``TRITON_INTERPRET=1`` *before* importing it to run the kernels on the CPU
-interpreter, or call `reload_kernels` after setting it.
+time; set ``TRITON_INTERPRET=1`` *before* Triton is first imported to run the kernels on the
+CPU interpreter (`reload_kernels` re-decorates this package's kernels after the variable
+changed, but Triton's own library functions, ``tl.min`` say, keep the mode Triton was imported
+in).
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ __all__ = [
 
 
 def reload_kernels() -> ModuleType:
-    """Re-import every module of the package (the kernels are decorated anew under the
+    """Re-import every module of the package (its kernels are decorated anew under the
     current ``TRITON_INTERPRET``) and return the package. Tuned tables are reset."""
     for name in _MODULES:
         importlib.reload(sys.modules[f"{__name__}.{name}"])
