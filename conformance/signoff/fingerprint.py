@@ -33,7 +33,11 @@ COMMON_FILES: tuple[str, ...] = (
     "tests/conformance/*.py",
     "tests/goldens/manifest.json",
 )
-TRITON_FILES: tuple[str, ...] = ("backends/triton_backend.py", "kernels/triton_mla.py")
+TRITON_FILES: tuple[str, ...] = (
+    "backends/triton_backend.py",
+    "kernels/triton_mla.py",
+    "kernels/triton_mla/*.py",
+)
 BACKEND_FILES: dict[str, tuple[str, ...]] = {
     "cpu": ("backends/cpu.py", "kernels/plan_exec.py", "kernels/reference.py", "kernels/paged.py"),
     "cuda": (*TRITON_FILES, "kernels/paged.py"),

@@ -138,7 +138,7 @@ def test_the_fingerprint_names_the_backend_files_of_the_repository() -> None:
     names = behaviour_files("cuda", REPOSITORY)
     assert {
         "backends/triton_backend.py",
-        "kernels/triton_mla.py",
+        "kernels/triton_mla/decode_kernel.py",
         "tests/goldens/manifest.json",
     } <= set(names)
     assert "backends/cpu.py" not in names and "conformance/expectations/cuda.txt" in names
