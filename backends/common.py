@@ -3,7 +3,7 @@
 It reads the MLA dims and the prefill backend from the first layer in the
 `static_forward_context` (vLLM #51255), sizes its chunked-prefill workspace as
 ``kv_lora_rank + qk_rope_head_dim``, splits decodes from prefills, turns the decode
-rows into a paged CSR list and plans the persistent decode.
+rows into a paged CSR list and plans the persistent decode (`PlanFreeBuilder`: no plan).
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ class MLACommonBuilder(MetadataBuilder):
 
     default_arch: ClassVar[str] = "gfx942"
     default_num_cus: ClassVar[int] = 8
+    plans_work: ClassVar[bool] = True
+    """Whether it attaches an AITER v1 work plan to its decode metadata."""
 
     def __init__(
         self,
@@ -187,7 +189,7 @@ class MLACommonBuilder(MetadataBuilder):
             page_size=page,
             causal=cam.causal,
         )
-        if real:
+        if real and self.plans_work:
             meta.planner_call = self._planner_call(real_cam, kv_indptr, last)
             meta.plan = self.planner(**meta.planner_call)
         return meta
@@ -216,3 +218,13 @@ class MLACommonBuilder(MetadataBuilder):
             "arch": arch,
             "num_cus": self.config.num_cus or self.default_num_cus,
         }
+
+
+class PlanFreeBuilder(MLACommonBuilder):
+    """The shared builder without a work plan: decode metadata of paged-KV CSR lists only.
+
+    For a backend that schedules its own way (``plan_format = None``); it may attach its
+    own scheduler metadata (`DecodeMetadata.scheduler`) in a subclass's `_build_decode`.
+    """
+
+    plans_work: ClassVar[bool] = False

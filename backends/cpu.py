@@ -7,14 +7,19 @@ from typing import ClassVar
 import torch
 
 from backends.base import (
+    AITER_V1,
     Availability,
     Backend,
     DecodeMetadata,
+    DecodeScales,
     MetadataBuilder,
+    csr_arguments,
     require_plan,
 )
 from backends.common import MLACommonBuilder
 from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
+
+ALL_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 
 
 class CpuReferenceBuilder(MLACommonBuilder):
@@ -29,6 +34,9 @@ class CpuReferenceBackend(Backend):
 
     name: ClassVar[str] = "cpu"
     layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
+    plan_format: ClassVar[str | None] = AITER_V1
+    q_dtypes: ClassVar[tuple[torch.dtype, ...]] = ALL_DTYPES
+    kv_dtypes: ClassVar[tuple[torch.dtype, ...]] = ALL_DTYPES
 
     def availability(self) -> Availability:
         return Availability(True)
@@ -43,30 +51,11 @@ class CpuReferenceBackend(Backend):
     def plan_archs(self) -> tuple[str, ...]:
         return ("gfx942", "gfx950", "triton")
 
-    def decode(
-        self,
-        q: torch.Tensor,
-        kv_cache: torch.Tensor,
-        decode: DecodeMetadata,
-        *,
-        sm_scale: float,
-        q_scale: float = 1.0,
-        kv_scale: float = 1.0,
+    def decode_scaled(
+        self, q: torch.Tensor, kv_cache: torch.Tensor, decode: DecodeMetadata, scales: DecodeScales
     ) -> tuple[torch.Tensor, torch.Tensor]:
         from kernels.plan_exec import execute_plan
 
         plan = require_plan(decode)
-        result = execute_plan(
-            plan,
-            q,
-            kv_cache,
-            kv_indptr=decode.kv_indptr,
-            kv_indices=decode.kv_indices,
-            kv_last_page_lens=decode.kv_last_page_lens,
-            page_size=decode.page_size,
-            sm_scale=sm_scale,
-            q_scale=q_scale,
-            kv_scale=kv_scale,
-            causal=decode.causal,
-        )
+        result = execute_plan(plan, q, kv_cache, **csr_arguments(decode), **scales.as_kwargs())
         return result.out.to(torch.bfloat16), result.lse

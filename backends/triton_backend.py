@@ -15,13 +15,17 @@ from typing import ClassVar
 import torch
 
 from backends.base import (
+    AITER_V1,
     Availability,
     Backend,
     DecodeMetadata,
+    DecodeScales,
     MetadataBuilder,
+    csr_arguments,
     require_plan,
 )
 from backends.common import MLACommonBuilder
+from backends.cpu import ALL_DTYPES
 from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
 
 INTERPRET_ENV = "TRITON_INTERPRET"
@@ -50,6 +54,9 @@ class TritonBuilder(MLACommonBuilder):
 class _TritonBackend(Backend):
     layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
     numerics: ClassVar[str] = "tensor-core"
+    plan_format: ClassVar[str | None] = AITER_V1
+    q_dtypes: ClassVar[tuple[torch.dtype, ...]] = ALL_DTYPES
+    kv_dtypes: ClassVar[tuple[torch.dtype, ...]] = ALL_DTYPES
 
     def builder_cls(self) -> type[MetadataBuilder]:
         return TritonBuilder
@@ -57,15 +64,8 @@ class _TritonBackend(Backend):
     def plan_archs(self) -> tuple[str, ...]:
         return ("triton",)
 
-    def decode(
-        self,
-        q: torch.Tensor,
-        kv_cache: torch.Tensor,
-        decode: DecodeMetadata,
-        *,
-        sm_scale: float,
-        q_scale: float = 1.0,
-        kv_scale: float = 1.0,
+    def decode_scaled(
+        self, q: torch.Tensor, kv_cache: torch.Tensor, decode: DecodeMetadata, scales: DecodeScales
     ) -> tuple[torch.Tensor, torch.Tensor]:
         from kernels.triton_mla import persistent_mla_decode
 
@@ -81,15 +81,9 @@ class _TritonBackend(Backend):
             q,
             kv_cache,
             plan,
-            kv_indptr=decode.kv_indptr,
-            kv_indices=decode.kv_indices,
-            kv_last_page_lens=decode.kv_last_page_lens,
+            **csr_arguments(decode),
             qo_indptr=decode.query_start_loc,
-            page_size=decode.page_size,
-            sm_scale=sm_scale,
-            q_scale=q_scale,
-            kv_scale=kv_scale,
-            causal=decode.causal,
+            **scales.as_kwargs(),
             fp8_p=fp8_p,
         )
 

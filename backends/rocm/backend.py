@@ -8,7 +8,15 @@ from typing import Any, ClassVar
 
 import torch
 
-from backends.base import Availability, Backend, BuilderConfig, DecodeMetadata, MetadataBuilder
+from backends.base import (
+    AITER_V1,
+    Availability,
+    Backend,
+    BuilderConfig,
+    DecodeMetadata,
+    DecodeScales,
+    MetadataBuilder,
+)
 from backends.common import MLACommonBuilder
 from backends.rocm.decode import aiter_decode
 from backends.rocm.planner import AiterPlanner, AiterWorkPlan
@@ -16,6 +24,8 @@ from backends.rocm.probe import SUPPORTED_ARCHS, AiterRuntime, probe_runtime
 from conformance.errors import BackendUnavailable
 from conformance.persistent.aiter_check import aiter_plan_matches_reference
 from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
+
+FP8_DTYPES = (torch.float8_e4m3fnuz, torch.float8_e4m3fn)  # gfx942's flavour, gfx950's
 
 
 class RocmAiterBuilder(MLACommonBuilder):
@@ -43,6 +53,9 @@ class RocmAiterBackend(Backend):
     name: ClassVar[str] = "rocm"
     layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
     numerics: ClassVar[str] = "tensor-core"
+    plan_format: ClassVar[str | None] = AITER_V1
+    q_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.bfloat16, *FP8_DTYPES)
+    kv_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.bfloat16, *FP8_DTYPES)
 
     @cached_property
     def _probed(self) -> AiterRuntime | Availability:
@@ -115,15 +128,8 @@ class RocmAiterBackend(Backend):
             plan, decode.planner_call, work_metadata_ptrs=plan.work_metadata_ptrs
         )
 
-    def decode(
-        self,
-        q: torch.Tensor,
-        kv_cache: torch.Tensor,
-        decode: DecodeMetadata,
-        *,
-        sm_scale: float,
-        q_scale: float = 1.0,
-        kv_scale: float = 1.0,
+    def decode_scaled(
+        self, q: torch.Tensor, kv_cache: torch.Tensor, decode: DecodeMetadata, scales: DecodeScales
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Persistent ``aiter.mla.mla_decode_fwd`` over `decode.plan`.
 
@@ -132,12 +138,4 @@ class RocmAiterBackend(Backend):
         ``[T, H]`` fp32, on the device. The output is prefilled with NaN, so rows the
         kernel does not write show up in any comparison.
         """
-        return aiter_decode(
-            self.runtime(),
-            q,
-            kv_cache,
-            decode,
-            sm_scale=sm_scale,
-            q_scale=q_scale,
-            kv_scale=kv_scale,
-        )
+        return aiter_decode(self.runtime(), q, kv_cache, decode, **scales.as_kwargs())

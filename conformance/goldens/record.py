@@ -203,8 +203,12 @@ class Golden:
                 f"case {case.id} has kv lengths {case.seq_lens} below q_len {case.q_len}; "
                 f"no CommonAttentionMetadata expresses it (feed decode_metadata() instead)",
             )
-        spec = BatchSpec(case.seq_lens, (case.q_len,) * case.batch, case.id)
+        pad = case.pad_rows
+        spec = BatchSpec(
+            (*case.seq_lens, *(0,) * pad), (*(case.q_len,) * case.batch, *(0,) * pad), case.id
+        )
         table = self.tensors["block_table"]
+        table = torch.cat([table, torch.zeros((pad, table.shape[1]), dtype=table.dtype)])
         new_tokens = [
             token_slots(table[b], n - case.q_len, n, case.page_size)
             for b, n in enumerate(case.seq_lens)
@@ -215,6 +219,7 @@ class Golden:
             device=device,
             num_blocks=self.num_blocks,
             seed=case.seed,
+            causal=case.causal,
             decode_threshold=case.q_len,
         )
         return cam.replace(
@@ -245,19 +250,26 @@ class Golden:
         return BuilderConfig(device=str(device), **self.builder_fields(**changes))
 
     def decode_metadata(
-        self, device: torch.device | str = "cpu", *, plan: WorkPlan | None = None
+        self,
+        device: torch.device | str = "cpu",
+        *,
+        plan: WorkPlan | None = None,
+        with_plan: bool = True,
     ) -> DecodeMetadata:
-        """Decode metadata that feeds `plan` (default: the golden plan) to a backend.
+        """Decode metadata that feeds `plan` (default: the golden plan; none without
+        `with_plan`, for a plan-free backend) to a backend.
 
         ``planner_call`` records the golden's planner arguments with ``causal`` set to the
-        decode's mask (causal); they differ only for a case planned non-causally because
-        the causal planner refuses it (``plan_causal=False``, page size > 1, where the
-        v1.2 plan does not depend on ``causal``).
+        decode's mask; they differ only for a case planned non-causally because the causal
+        planner refuses it (``plan_causal=False``, page size > 1, where the v1.2 plan does
+        not depend on ``causal``).
         """
         t = self.tensors
         dev = torch.device(device)
         call = self.planner_call()
-        call["causal"] = True
+        call["causal"] = self.case.causal
+        if with_plan:
+            plan = (plan if plan is not None else self.plan()).to(dev)
         qsl = t["query_start_loc"]
         return DecodeMetadata(
             num_decodes=self.case.batch,
@@ -272,9 +284,9 @@ class Golden:
             kv_indices=t["kv_indices"].to(dev),
             kv_last_page_lens=t["kv_last_page_lens"].to(dev),
             page_size=self.case.page_size,
-            causal=True,
-            plan=(plan if plan is not None else self.plan()).to(dev),
-            planner_call=call,
+            causal=self.case.causal,
+            plan=plan if with_plan else None,
+            planner_call=call if with_plan else {},
         )
 
 

@@ -1,0 +1,166 @@
+"""What the golden families assert: a decode result within tolerance, a plan equal to a
+golden plan; and which cases a backend runs (its metadata, fed or built).
+
+Used by tests/conformance/test_numerics.py (every backend) and test_plan.py (backends
+declaring the AITER v1 plan format); messages name the case, the field and the figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from backends.base import Backend, DecodeMetadata
+from conformance.goldens.cases import GoldenCase
+from conformance.goldens.record import Golden
+from conformance.goldens.tolerance import lse_tolerance, output_tolerance
+from conformance.numerics.compare import CompareReport, compare
+from conformance.persistent.plan import PLAN_BUFFERS, WorkInfo, WorkPlan
+
+OUTPUT_DTYPES = (torch.bfloat16, torch.float32)
+"""Output dtypes accepted from `Backend.decode` (bf16 per the interface; the CPU
+reference returns its fp32 result unrounded)."""
+PLAN_SCALARS = ("num_works", "num_partials", "num_tiles", "fold_ratio", "heads_per_work")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a plan-format backend declares it can plan and execute (`Backend` hooks)."""
+
+    plan_archs: tuple[str, ...] = ()
+    plan_cu_counts: tuple[int, ...] | None = None  # None: any program count
+    decode_archs: tuple[str, ...] | None = None  # None: any plan
+
+    @classmethod
+    def of(cls, backend: Backend) -> Capabilities:
+        """The backend's declarations (empty when it cannot say, e.g. unavailable)."""
+        if backend.plan_format is None:
+            return cls()
+        try:
+            return cls(
+                tuple(backend.plan_archs()), backend.plan_cu_counts(), backend.decode_archs()
+            )
+        except Exception:  # an unavailable backend's tests are skipped anyway
+            return cls()
+
+    def plans(self, case: GoldenCase, num_cus: int) -> bool:
+        """Whether its builder plans this batch itself for `num_cus` programs."""
+        counts = self.plan_cu_counts
+        return (
+            case.via_builder
+            and case.arch in self.plan_archs
+            and (counts is None or num_cus in counts)
+        )
+
+    def decodes(self, case: GoldenCase) -> bool:
+        """Whether its decode executes plans of this case's profile."""
+        return self.decode_archs is None or case.arch in self.decode_archs
+
+
+def numerics_metadata(
+    backend: Backend, golden: Golden, build: Callable[[], DecodeMetadata]
+) -> tuple[DecodeMetadata, str]:
+    """The decode metadata of the numerics contract, and how it was made.
+
+    The backend's own builder builds it from the golden's CAM; a batch no CAM expresses
+    (kv shorter than q) is fed as the golden's CSR lists (with the golden plan to a
+    plan-format backend); a plan-format backend that cannot plan the case's profile is
+    fed the golden plan.
+    """
+    device = backend.device
+    planned = backend.plan_format is not None
+    if not golden.case.via_builder:
+        return golden.decode_metadata(device, with_plan=planned), "decode (golden metadata fed)"
+    if planned and not Capabilities.of(backend).plans(golden.case, golden.case.num_cus):
+        return golden.decode_metadata(device), "decode (golden plan fed)"
+    return build(), "decode (own metadata)"
+
+
+def run_decode(backend: Backend, golden: Golden, decode: DecodeMetadata) -> tuple:
+    """The backend's decode of a golden batch over its NaN-poisoned cache."""
+    device = backend.device
+    return backend.decode(
+        golden.q(device),
+        golden.kv_cache(device),
+        decode,
+        sm_scale=golden.sm_scale,
+        q_scale=golden.q_scale,
+        kv_scale=golden.kv_scale,
+    )
+
+
+def assert_result_matches(
+    *,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    golden: Golden,
+    backend: Backend,
+    record: Callable[[str, object], None],
+    what: str,
+) -> tuple[CompareReport, CompareReport]:
+    """Compare a decode result with the golden; `record` the errors (JUnit properties)."""
+    __tracebackhide__ = True
+    case = golden.case
+    assert out.dtype in OUTPUT_DTYPES, (
+        f"case {case.id}: {what} output dtype {out.dtype}, expected one of {OUTPUT_DTYPES}"
+    )
+    out_tol = output_tolerance(case.q_torch_dtype, case.kv_torch_dtype, backend.numerics)
+    lse_tol = lse_tolerance(case.q_torch_dtype, case.kv_torch_dtype, backend.numerics)
+    out_report = compare(
+        out, golden["out"], tol=out_tol, name=f"{case.id} {what} out", dtype=out.dtype
+    )
+    lse_report = compare(
+        lse, golden["lse"], tol=lse_tol, name=f"{case.id} {what} lse", dtype=torch.float32
+    )
+    for prefix, report in (("out", out_report), ("lse", lse_report)):
+        record(f"{prefix}_max_abs_err", report.max_abs_err)
+        record(f"{prefix}_max_rel_err", report.max_rel_err)
+        record(f"{prefix}_cos_diff", report.cos_diff)
+    failed = [r.message() for r in (out_report, lse_report) if not r.ok]
+    if failed:
+        raise AssertionError("\n".join(failed))
+    return out_report, lse_report
+
+
+def _first_difference(name: str, actual: torch.Tensor, expected: torch.Tensor) -> str:
+    if actual.shape != expected.shape:
+        return f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    where = torch.nonzero(actual != expected)
+    row = tuple(int(i) for i in where[0])
+    if name == "work_info_set":
+        w = row[0]
+        got, want = WorkInfo(*actual[w].tolist()), WorkInfo(*expected[w].tolist())
+        return (
+            f"{name}: {len(where)} entries differ; first at work {w}:\n"
+            f"      actual   {got}\n      expected {want}"
+        )
+    return (
+        f"{name}: {len(where)} entries differ; first at {row}: actual "
+        f"{actual[row].tolist()}, expected {expected[row].tolist()}"
+    )
+
+
+def assert_same_plan(
+    *, actual: WorkPlan, expected: WorkPlan, case_id: str, what: str, against: str
+) -> None:
+    """Equal buffer shapes, plan scalars and written regions; the message names the field."""
+    __tracebackhide__ = True
+    problems = []
+    for name in PLAN_BUFFERS:
+        a, e = getattr(actual, name), getattr(expected, name)
+        if tuple(a.shape) != tuple(e.shape):
+            problems.append(f"{name}: buffer shape {tuple(a.shape)}, expected {tuple(e.shape)}")
+    for name in PLAN_SCALARS:
+        a, e = getattr(actual, name), getattr(expected, name)
+        if a != e:
+            problems.append(f"{name}: {a}, expected {e}")
+    got, want = actual.written_regions(), expected.written_regions()
+    for name, w in want.items():
+        g = got[name].to("cpu")
+        if g.shape != w.shape or not torch.equal(g, w):
+            problems.append(_first_difference(name, g, w))
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise AssertionError(f"case {case_id}: {what} differs from {against}:\n{lines}")
