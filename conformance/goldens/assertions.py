@@ -118,6 +118,10 @@ def assert_result_matches(
         record(f"{prefix}_max_abs_err", report.max_abs_err)
         record(f"{prefix}_max_rel_err", report.max_rel_err)
         record(f"{prefix}_cos_diff", report.cos_diff)
+        # error / tolerance: the cosine one, and the largest error over atol (abs-or-rel
+        # passes an element above atol that is within rtol of the golden)
+        record(f"{prefix}_cos_ratio", report.cos_diff / report.tol.cos_diff)
+        record(f"{prefix}_abs_ratio", report.max_abs_err / report.tol.atol)
     failed = [r.message() for r in (out_report, lse_report) if not r.ok]
     if failed:
         raise AssertionError("\n".join(failed))
