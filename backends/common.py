@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 import torch
 
 from backends.base import (
+    AITER_V1,
+    Backend,
     BuilderConfig,
     ChunkedContext,
     DecodeMetadata,
@@ -29,8 +31,10 @@ from conformance.metadata.transforms import decode_view, prefill_view
 from conformance.metadata.validator import validate
 from conformance.persistent.planner import plan_persistent_decode
 from conformance.persistent.profiles import get_profile
+from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
 
 WORKSPACE_MAX_TOKENS = 64 * 1024
+ALL_DTYPES: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 
 
 def chunked_prefill_workspace_tokens(config: BuilderConfig) -> int:
@@ -228,3 +232,13 @@ class PlanFreeBuilder(MLACommonBuilder):
     """
 
     plans_work: ClassVar[bool] = False
+
+
+class PlanExecutingBackend(Backend):
+    """The declaration of a backend over the shared builder that executes AITER v1 plans
+    (bf16 or either e4m3 flavour for q and KV); subclasses add availability and decode."""
+
+    layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
+    plan_format: ClassVar[str | None] = AITER_V1
+    q_dtypes: ClassVar[tuple[torch.dtype, ...]] = ALL_DTYPES
+    kv_dtypes: ClassVar[tuple[torch.dtype, ...]] = ALL_DTYPES

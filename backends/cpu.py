@@ -7,19 +7,14 @@ from typing import ClassVar
 import torch
 
 from backends.base import (
-    AITER_V1,
     Availability,
-    Backend,
     DecodeMetadata,
     DecodeScales,
     MetadataBuilder,
     csr_arguments,
     require_plan,
 )
-from backends.common import MLACommonBuilder
-from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
-
-ALL_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+from backends.common import MLACommonBuilder, PlanExecutingBackend
 
 
 class CpuReferenceBuilder(MLACommonBuilder):
@@ -29,14 +24,10 @@ class CpuReferenceBuilder(MLACommonBuilder):
     default_num_cus: ClassVar[int] = 8
 
 
-class CpuReferenceBackend(Backend):
+class CpuReferenceBackend(PlanExecutingBackend):
     """PyTorch reference: executes the work plan work by work in fp32 on the CPU."""
 
     name: ClassVar[str] = "cpu"
-    layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
-    plan_format: ClassVar[str | None] = AITER_V1
-    q_dtypes: ClassVar[tuple[torch.dtype, ...]] = ALL_DTYPES
-    kv_dtypes: ClassVar[tuple[torch.dtype, ...]] = ALL_DTYPES
 
     def availability(self) -> Availability:
         return Availability(True)

@@ -14,19 +14,9 @@ from typing import ClassVar
 
 import torch
 
-from backends.base import (
-    AITER_V1,
-    Availability,
-    Backend,
-    DecodeMetadata,
-    DecodeScales,
-    MetadataBuilder,
-    csr_arguments,
-    require_plan,
-)
-from backends.common import MLACommonBuilder
-from backends.cpu import ALL_DTYPES
-from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
+from backends import base
+from backends.base import Availability, DecodeScales
+from backends.common import MLACommonBuilder, PlanExecutingBackend
 
 INTERPRET_ENV = "TRITON_INTERPRET"
 INTERPRETER_PROGRAMS = 4
@@ -51,25 +41,25 @@ class TritonBuilder(MLACommonBuilder):
     default_arch: ClassVar[str] = "triton"
 
 
-class _TritonBackend(Backend):
-    layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
+class _TritonBackend(PlanExecutingBackend):
     numerics: ClassVar[str] = "tensor-core"
-    plan_format: ClassVar[str | None] = AITER_V1
-    q_dtypes: ClassVar[tuple[torch.dtype, ...]] = ALL_DTYPES
-    kv_dtypes: ClassVar[tuple[torch.dtype, ...]] = ALL_DTYPES
 
-    def builder_cls(self) -> type[MetadataBuilder]:
+    def builder_cls(self) -> type[base.MetadataBuilder]:
         return TritonBuilder
 
     def plan_archs(self) -> tuple[str, ...]:
         return ("triton",)
 
     def decode_scaled(
-        self, q: torch.Tensor, kv_cache: torch.Tensor, decode: DecodeMetadata, scales: DecodeScales
+        self,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        decode: base.DecodeMetadata,
+        scales: DecodeScales,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         from kernels.triton_mla import persistent_mla_decode
 
-        plan = require_plan(decode)
+        plan = base.require_plan(decode)
         fp8_p = None
         if q.dtype == torch.float8_e4m3fnuz:
             # Hopper has no e4m3fnuz (gfx942's flavour); every such value is exact in bf16.
@@ -81,7 +71,7 @@ class _TritonBackend(Backend):
             q,
             kv_cache,
             plan,
-            **csr_arguments(decode),
+            **base.csr_arguments(decode),
             qo_indptr=decode.query_start_loc,
             **scales.as_kwargs(),
             fp8_p=fp8_p,

@@ -17,11 +17,7 @@ mkdir -p "$out"
 exec > >(tee "$out/log.txt") 2>&1
 export PYTHONUNBUFFERED=1 MLA_CONFORMANCE_BACKEND=flashinfer
 
-if ls .whl/*.whl >/dev/null 2>&1; then
-  site_dir=$(mktemp -d)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$site_dir" .whl/*.whl && export PYTHONPATH=$site_dir${PYTHONPATH:+:$PYTHONPATH}
-fi
+. scripts/carried_wheels.sh
 jit=$(mktemp -d /tmp/flashinfer-jit.XXXXXX)
 export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
 export FLASHINFER_WORKSPACE_BASE=$jit/workspace TVM_FFI_CACHE_DIR=$jit/tvm-ffi

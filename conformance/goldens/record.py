@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +53,10 @@ META_KEYS: tuple[str, ...] = (
     "plan",
     "planner_call",
 )
-PLAN_SCALARS: tuple[str, ...] = (
-    "num_works",
-    "num_partials",
-    "num_tiles",
-    "fold_ratio",
-    "heads_per_work",
-    "max_seqlen_qo",
+PLAN_SCALARS: tuple[str, ...] = tuple(
+    f.name for f in dataclass_fields(WorkPlan) if f.name not in (*PLAN_BUFFERS, "params")
 )
+"""The plan's integer fields (``num_works`` ... ``max_seqlen_qo``)."""
 _DTYPE_BY_NAME: dict[str, torch.dtype] = {
     str(d): d for d in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 }
@@ -127,25 +124,18 @@ class Golden:
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.tensors[name]
 
-    @property
-    def q_scale(self) -> float:
-        """q's per-tensor scale as the kernel receives it (fp32-exact)."""
-        return float(self.meta["q_scale"])
-
-    @property
-    def kv_scale(self) -> float:
-        """The cache's per-tensor scale (fp32-exact)."""
-        return float(self.meta["kv_scale"])
-
-    @property
-    def sm_scale(self) -> float:
-        """The softmax scale, 1/√576."""
-        return float(self.meta["sm_scale"])
-
-    @property
-    def num_blocks(self) -> int:
-        """Blocks of the paged cache (block 0 is the null block; spare blocks stay unused)."""
-        return int(self.meta["num_blocks"])
+    q_scale = property(
+        lambda self: float(self.meta["q_scale"]),
+        doc="q's per-tensor scale as the kernel receives it (fp32-exact).",
+    )
+    kv_scale = property(
+        lambda self: float(self.meta["kv_scale"]), doc="The cache's per-tensor scale (fp32-exact)."
+    )
+    sm_scale = property(lambda self: float(self.meta["sm_scale"]), doc="The softmax scale, 1/√576.")
+    num_blocks = property(
+        lambda self: int(self.meta["num_blocks"]),
+        doc="Blocks of the paged cache (block 0 is the null block; spare blocks stay unused).",
+    )
 
     # -- the plan ----------------------------------------------------------------------
 

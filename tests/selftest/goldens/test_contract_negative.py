@@ -87,15 +87,17 @@ class PlansFp8AsBf16Builder(CpuReferenceBuilder):
         return {**call, "q_dtype": torch.bfloat16, "kv_dtype": torch.bfloat16}
 
 
-class PlansFp8AsBf16Backend(CpuReferenceBackend):
-    name: ClassVar[str] = "plans-fp8-as-bf16"
+def backend_building_with(name: str, builder: type[MetadataBuilder]) -> CpuReferenceBackend:
+    """The CPU reference backend, renamed, with another builder."""
+    attrs = {"name": name, "builder_cls": lambda self: builder}
+    return type(f"Backend_{builder.__name__}", (CpuReferenceBackend,), attrs)()
 
-    def builder_cls(self) -> type[MetadataBuilder]:
-        return PlansFp8AsBf16Builder
+
+PlansFp8AsBf16Backend = backend_building_with("plans-fp8-as-bf16", PlansFp8AsBf16Builder)
 
 
 def test_builder_planning_fp8_as_bf16_is_caught(pytester, monkeypatch):
-    use_backend(monkeypatch, PlansFp8AsBf16Backend())
+    use_backend(monkeypatch, PlansFp8AsBf16Backend)
     result = run_family_c(
         pytester,
         "--backend",
@@ -320,15 +322,11 @@ class DropsCausalBuilder(CpuReferenceBuilder):
         return super()._build_decode(cam.replace(causal=True))
 
 
-class DropsCausalBackend(CpuReferenceBackend):
-    name: ClassVar[str] = "drops-causal"
-
-    def builder_cls(self) -> type[MetadataBuilder]:
-        return DropsCausalBuilder
+DropsCausalBackend = backend_building_with("drops-causal", DropsCausalBuilder)
 
 
 def test_builder_dropping_cam_causal_is_caught(pytester, monkeypatch):
-    use_backend(monkeypatch, DropsCausalBackend())
+    use_backend(monkeypatch, DropsCausalBackend)
     result = run_family_c(pytester, "--backend", DropsCausalBackend.name, "-k", "decode_matches")
     assert failed_cases(result, "test_decode_matches_golden") == {NON_CAUSAL}
     result.stdout.fnmatch_lines([f"*{NON_CAUSAL} decode (own metadata) out: MISMATCH*"])

@@ -62,14 +62,8 @@ class DenseTorchBackend(Backend):
     kv_dtypes: ClassVar[tuple[torch.dtype, ...]] = q_dtypes
     numerics: ClassVar[str] = "fp32-reference"
 
-    def availability(self) -> Availability:
-        return Availability(True)
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
-
     def builder_cls(self) -> type[MetadataBuilder]:
+        """The suite's shared builder, without a work plan."""
         return PlanFreeBuilder
 
     def decode_scaled(
@@ -85,3 +79,12 @@ class DenseTorchBackend(Backend):
             if q1 > q0 and kv.shape[0]:
                 out[q0:q1], lse[q0:q1] = attend(q[q0:q1], kv, causal=decode.causal, scales=scales)
         return out.to(torch.bfloat16), lse
+
+    @property
+    def device(self) -> torch.device:
+        """Where its tensors live: the CPU."""
+        return torch.device("cpu")
+
+    def availability(self) -> Availability:
+        """It needs nothing but torch, so it runs everywhere."""
+        return Availability(True)
