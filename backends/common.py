@@ -98,7 +98,11 @@ class MLACommonBuilder(MetadataBuilder):
             dtype=config.kv_cache.dtype,
             device=self.device,
         )
-        self.planner: Callable[..., Any] = plan_persistent_decode
+        self.planner: Callable[..., Any] = self.make_planner()
+
+    def make_planner(self) -> Callable[..., Any]:
+        """The planner its decode plans are made with (the reference planner here)."""
+        return plan_persistent_decode
 
     def build(self, cam: CommonAttentionMetadata) -> MLAMetadata:
         """Split decodes from prefills and build both parts."""

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -12,7 +11,6 @@ from backends.base import (
     AITER_V1,
     Availability,
     Backend,
-    BuilderConfig,
     DecodeMetadata,
     DecodeScales,
     MetadataBuilder,
@@ -33,18 +31,13 @@ class RocmAiterBuilder(MLACommonBuilder):
 
     runtime: ClassVar[AiterRuntime | None] = None
 
-    def __init__(
-        self,
-        config: BuilderConfig,
-        layer_names: list[str],
-        static_forward_context: Mapping[str, Any],
-    ) -> None:
+    def make_planner(self) -> AiterPlanner:
+        """AITER's planner on the bound device."""
         if self.runtime is None:
             raise BackendUnavailable(
                 "RocmAiterBuilder is not bound to a device: use RocmAiterBackend().builder_cls()"
             )
-        super().__init__(config, layer_names, static_forward_context)
-        self.planner = AiterPlanner(self.runtime)
+        return AiterPlanner(self.runtime)
 
 
 class RocmAiterBackend(Backend):

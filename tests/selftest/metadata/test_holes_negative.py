@@ -7,13 +7,12 @@ requires the new check to fail naming the field.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import torch
 
 from backends import registry
-from backends.base import MetadataBuilder
 from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
 from benchmarks import metadata_runner
 from conformance.metadata import transforms
@@ -38,15 +37,9 @@ class QkWideWorkspaceBuilder(CpuReferenceBuilder):
         self.workspace = torch.empty((self.workspace.shape[0], width), dtype=torch.bfloat16)
 
 
-class QkWideWorkspaceBackend(CpuReferenceBackend):
-    name: ClassVar[str] = "qk-wide-workspace"
-
-    def builder_cls(self) -> type[MetadataBuilder]:
-        return QkWideWorkspaceBuilder
-
-
 def test_a_workspace_of_the_wrong_width_is_caught(pytester, monkeypatch):
-    broken = QkWideWorkspaceBackend()
+    attrs = {"name": "qk-wide-workspace", "builder_cls": lambda self: QkWideWorkspaceBuilder}
+    broken = type("QkWideWorkspaceBackend", (CpuReferenceBackend,), attrs)()
     real = registry.get_backend
     monkeypatch.setattr(registry, "get_backend", lambda n: broken if n == broken.name else real(n))
     result = _run(pytester, str(HOLES), f"--backend={broken.name}", "-k", "workspace")
