@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -246,6 +247,8 @@ class Backend(ABC):
     def check_declaration(self) -> list[str]:
         """Problems of the declaration itself (empty when it is valid)."""
         problems = []
+        if not re.fullmatch(r"[A-Za-z0-9_.]+", getattr(self, "name", "")):
+            problems.append("name: expected letters, digits, '_' and '.' (it names JUnit files)")
         if self.plan_format is not None and self.plan_format not in PLAN_FORMATS:
             problems.append(f"plan_format: expected None or one of {PLAN_FORMATS}")
         for name in ("q_dtypes", "kv_dtypes"):

@@ -68,12 +68,14 @@ def test_undecodable_decode_names_the_backend() -> None:
 
 def test_bad_declarations_are_named() -> None:
     class Bad(Minimal):
+        name: ClassVar[str] = "has-hyphens"
         plan_format: ClassVar[str | None] = "aiter-v2"
         q_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float16,)
 
     problems = Bad().check_declaration()
     assert any(p.startswith("plan_format:") for p in problems)
     assert any(p.startswith("q_dtypes:") for p in problems)
+    assert any(p.startswith("name:") for p in problems)
 
 
 @pytest.mark.parametrize("name", ["cpu", "interpret", "cuda", "rocm", "flashinfer"])

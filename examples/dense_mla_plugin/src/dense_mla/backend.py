@@ -1,4 +1,4 @@
-"""``dense-torch``: dense fp32 attention over the gathered paged cache, no work plan.
+"""``dense_torch``: dense fp32 attention over the gathered paged cache, no work plan.
 
 A plan-free backend (``plan_format = None``): the suite's shared builder makes its decode
 metadata (paged-KV CSR lists, no plan) and `decode_scaled` attends request by request.
@@ -51,7 +51,7 @@ def attend(
 class DenseTorchBackend(Backend):
     """Dense attention in fp32 on the CPU; takes bf16 or fp8 (either e4m3 flavour) q and KV."""
 
-    name: ClassVar[str] = "dense-torch"
+    name: ClassVar[str] = "dense_torch"
     layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
     plan_format: ClassVar[str | None] = None
     q_dtypes: ClassVar[tuple[torch.dtype, ...]] = (
