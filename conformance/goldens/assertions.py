@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -18,6 +19,7 @@ from conformance.goldens.record import Golden
 from conformance.goldens.tolerance import lse_tolerance, output_tolerance
 from conformance.numerics.compare import CompareReport, compare
 from conformance.persistent.plan import PLAN_BUFFERS, WorkInfo, WorkPlan
+from conformance.persistent.planner import plan_persistent_decode
 
 OUTPUT_DTYPES = (torch.bfloat16, torch.float32)
 """Output dtypes accepted from `Backend.decode` (bf16 per the interface; the CPU
@@ -60,21 +62,34 @@ class Capabilities:
 
 
 def numerics_metadata(
-    backend: Backend, golden: Golden, build: Callable[[], DecodeMetadata]
+    backend: Backend, golden: Golden, builder_for: Callable[..., tuple[Any, Callable[[], Any]]]
 ) -> tuple[DecodeMetadata, str]:
     """The decode metadata of the numerics contract, and how it was made.
 
-    The backend's own builder builds it from the golden's CAM; a batch no CAM expresses
-    (kv shorter than q) is fed as the golden's CSR lists (with the golden plan to a
-    plan-format backend); a plan-format backend that cannot plan the case's profile is
-    fed the golden plan.
+    `builder_for(golden, **config changes)` gives the backend's builder for the golden.
+    The backend's own builder builds it from the golden's CAM: with the golden's planner
+    profile and CU count where a plan-format backend plans them, else with the backend's
+    own. A plan-format backend whose decode executes the golden's profile but cannot plan
+    it is fed the golden plan. A batch no CAM expresses (kv shorter than q) is fed as the
+    golden's CSR lists, with a plan of a profile the backend executes.
     """
     device = backend.device
+    case = golden.case
+    caps = Capabilities.of(backend)
     planned = backend.plan_format is not None
-    if not golden.case.via_builder:
-        return golden.decode_metadata(device, with_plan=planned), "decode (golden metadata fed)"
-    if planned and not Capabilities.of(backend).plans(golden.case, golden.case.num_cus):
+    if not case.via_builder:
+        if not planned or caps.decodes(case):
+            return golden.decode_metadata(device, with_plan=planned), "decode (golden metadata fed)"
+        own = {"arch": backend.plan_archs()[0], "num_cus": backend.default_num_cus()}
+        call = {**golden.planner_call(), **own}
+        decode = golden.decode_metadata(device, plan=plan_persistent_decode(**call))
+        decode.planner_call = {**call, "causal": case.causal}
+        return decode, f"decode (golden metadata fed, planned for {own['arch']})"
+    if planned and caps.plans(case, case.num_cus):
+        return builder_for(golden)[1](), "decode (own metadata)"
+    if planned and caps.decodes(case):
         return golden.decode_metadata(device), "decode (golden plan fed)"
+    build = builder_for(golden, arch=None, num_cus=None)[1]  # the backend's own profile
     return build(), "decode (own metadata)"
 
 

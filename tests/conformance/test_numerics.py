@@ -12,9 +12,9 @@ dtypes it declares (`Backend.q_dtypes`, `kv_dtypes`; other cases are not applica
 - the golden files are intact (sha256 against the manifest).
 
 A batch no CAM expresses (kv shorter than q) is fed as the golden's CSR lists; a backend
-declaring the AITER v1 plan format is fed the golden plan where it cannot plan the case's
-profile (`conformance.goldens.assertions.numerics_metadata`). Test bodies never name a
-backend.
+declaring the AITER v1 plan format builds with the golden's profile where it plans it, is
+fed the golden plan where it only executes it, and builds with its own profile otherwise
+(`conformance.goldens.assertions.numerics_metadata`). Test bodies never name a backend.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_decode_matches_golden(
 ) -> None:
     golden = goldens(golden_id)
     _applicable(backend, golden)
-    decode, what = numerics_metadata(backend, golden, golden_builder(golden)[1])
+    decode, what = numerics_metadata(backend, golden, golden_builder)
     out, lse = run_decode(backend, golden, decode)
     assert_result_matches(
         out=out, lse=lse, golden=golden, backend=backend, record=record_errors, what=what
@@ -62,7 +62,7 @@ def test_poisoned_slots_never_reach_the_output(
         f"case {case.id}: expected {golden.poisoned_slots} NaN-poisoned cache slots, "
         f"found {poisoned}"
     )
-    decode, _ = numerics_metadata(backend, golden, golden_builder(golden)[1])
+    decode, _ = numerics_metadata(backend, golden, golden_builder)
     out, lse = run_decode(backend, golden, decode)
     for name, value in (("output", out), ("lse", lse)):
         nan = torch.isnan(value.float().cpu())
