@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -11,7 +12,14 @@ import torch
 
 from conformance.metadata.dims import DEEPSEEK_R1, ModelConfig
 from conformance.metadata.record import CommonAttentionMetadata
+from conformance.numerics.fp8 import is_fp8
 from conformance.persistent.plan import WorkPlan
+
+AITER_V1 = "aiter-v1"
+"""The plan format of AITER's ``get_mla_metadata_v1`` buffers (`conformance.persistent`)."""
+PLAN_FORMATS: tuple[str, ...] = (AITER_V1,)
+NOT_APPLICABLE = "not applicable: "
+"""How the reason of a test that does not apply to a backend's declaration begins."""
 
 
 @dataclass(frozen=True)
@@ -102,8 +110,40 @@ class DecodeMetadata:
     causal: bool = True
     """Causal mask across the query tokens of each request."""
     plan: WorkPlan | None = None
+    """The AITER v1 work plan (backends declaring ``plan_format = "aiter-v1"``)."""
     planner_call: dict[str, Any] = field(default_factory=dict)
     """The exact arguments given to the planner (for differential replay)."""
+    scheduler: Any = None
+    """A plan-free backend's own scheduler metadata (FlashInfer's planned wrapper, say)."""
+
+
+@dataclass(frozen=True)
+class DecodeScales:
+    """The softmax scale and the per-tensor dequantisation scales of q and the cache."""
+
+    sm_scale: float
+    q_scale: float = 1.0
+    kv_scale: float = 1.0
+
+    def as_kwargs(self) -> dict[str, float]:
+        """``sm_scale``, ``q_scale`` and ``kv_scale`` as keyword arguments."""
+        return {"sm_scale": self.sm_scale, "q_scale": self.q_scale, "kv_scale": self.kv_scale}
+
+
+def csr_arguments(decode: DecodeMetadata) -> dict[str, Any]:
+    """The paged-KV CSR lists and mask of `decode` as keyword arguments of a kernel."""
+    return {
+        "kv_indptr": decode.kv_indptr,
+        "kv_indices": decode.kv_indices,
+        "kv_last_page_lens": decode.kv_last_page_lens,
+        "page_size": decode.page_size,
+        "causal": decode.causal,
+    }
+
+
+def dtype_label(dtype: torch.dtype) -> str:
+    """Short name of a q/KV dtype: ``bf16``, ``e4m3fn``, ``e4m3fnuz``."""
+    return "bf16" if dtype == torch.bfloat16 else str(dtype).removeprefix("torch.float8_")
 
 
 def require_plan(decode: DecodeMetadata) -> WorkPlan:
@@ -149,11 +189,26 @@ class MetadataBuilder(ABC):
 
 
 class Backend(ABC):
-    """One MLA backend: availability, metadata builder, planner and decode."""
+    """One MLA backend: availability, metadata builder, planner and decode.
+
+    What it is, declared once (the defaults fit a plan-free backend):
+
+    - ``plan_format``: ``"aiter-v1"`` when its builder makes, and its decode executes,
+      AITER v1 work plans (the plan contract applies); None when it schedules its own way;
+    - ``q_dtypes`` / ``kv_dtypes``: the q and paged-cache dtypes its decode takes (fp8 with a
+      per-tensor scale); golden cases of other dtypes are not applicable to it;
+    - ``numerics``: how its decode computes, which selects its tolerance.
+    """
 
     name: ClassVar[str]
     layer_protocol: ClassVar[frozenset[str]]
     """Dotted attribute paths its builder reads from layer objects."""
+    plan_format: ClassVar[str | None] = None
+    """``"aiter-v1"`` or None (plan-free: the plan contract does not apply)."""
+    q_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.bfloat16,)
+    """q dtypes its decode takes."""
+    kv_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.bfloat16,)
+    """Paged-cache dtypes its decode takes (fp8: per-tensor ``kv_scale``)."""
     numerics: ClassVar[str] = "fp32-reference"
     """How its decode computes: ``fp32-reference`` or ``tensor-core`` (bf16 dot operands);
     selects the tolerance (conformance/numerics/tolerances.py)."""
@@ -162,6 +217,50 @@ class Backend(ABC):
     every run's provenance against it."""
     tiny_cases_only: ClassVar[bool] = False
     """Run only the golden cases marked tiny (an interpreter is slow)."""
+
+    def declaration(self) -> str:
+        """The declaration in words, e.g. ``plan_format=None, q_dtypes=(bf16,), ...``."""
+        q = ", ".join(map(dtype_label, self.q_dtypes))
+        kv = ", ".join(map(dtype_label, self.kv_dtypes))
+        return (
+            f"plan_format={self.plan_format}, q_dtypes=({q}), kv_dtypes=({kv}), "
+            f"numerics={self.numerics}"
+        )
+
+    def plan_contract_skip(self) -> str | None:
+        """Why the plan contract does not apply (None: it applies)."""
+        if self.plan_format == AITER_V1:
+            return None
+        return f"{NOT_APPLICABLE}{self.name} declares plan_format={self.plan_format}"
+
+    def dtype_skip(self, q_dtype: torch.dtype, kv_dtype: torch.dtype) -> str | None:
+        """Why a batch of these dtypes is not applicable (None: the backend takes it)."""
+        for what, dtype, claimed in (
+            ("q", q_dtype, self.q_dtypes),
+            ("kv", kv_dtype, self.kv_dtypes),
+        ):
+            if dtype not in claimed:
+                names = ", ".join(map(dtype_label, claimed))
+                return (
+                    f"{NOT_APPLICABLE}{self.name} declares {what}_dtypes=({names}), "
+                    f"the case has {what} {dtype_label(dtype)}"
+                )
+        return None
+
+    def check_declaration(self) -> list[str]:
+        """Problems of the declaration itself (empty when it is valid)."""
+        problems = []
+        if not re.fullmatch(r"[A-Za-z0-9_.]+", getattr(self, "name", "")):
+            problems.append("name: expected letters, digits, '_' and '.' (it names JUnit files)")
+        if self.plan_format is not None and self.plan_format not in PLAN_FORMATS:
+            problems.append(f"plan_format: expected None or one of {PLAN_FORMATS}")
+        for name in ("q_dtypes", "kv_dtypes"):
+            bad = [d for d in getattr(self, name) if d != torch.bfloat16 and not is_fp8(d)]
+            if bad or not getattr(self, name):
+                problems.append(f"{name}: expected bf16 or fp8 dtypes, found {bad or '()'}")
+        if self.plan_format is not None and not self.plan_archs():
+            problems.append(f"plan_archs: plan_format={self.plan_format} needs a profile")
+        return problems
 
     @abstractmethod
     def availability(self) -> Availability:
@@ -176,9 +275,9 @@ class Backend(ABC):
     def builder_cls(self) -> type[MetadataBuilder]:
         """The metadata builder class."""
 
-    @abstractmethod
     def plan_archs(self) -> tuple[str, ...]:
-        """Planner profiles its builder can plan for (first: the default)."""
+        """Planner profiles its builder can plan for (first: the default); none by default."""
+        return ()
 
     def default_num_cus(self) -> int:
         """Persistent programs to plan for when the config gives none."""
@@ -198,7 +297,6 @@ class Backend(ABC):
         list when it matches); None when the backend plans with the reference planner."""
         return None
 
-    @abstractmethod
     def decode(
         self,
         q: torch.Tensor,
@@ -210,7 +308,17 @@ class Backend(ABC):
         kv_scale: float = 1.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Decode attention: q ``[T, H, 576]``, cache ``[blocks, page, 576]`` →
-        output ``[T, H, 512]`` bf16 and LSE ``[T, H]`` fp32."""
+        output ``[T, H, 512]`` bf16 and natural-log LSE ``[T, H]`` fp32.
+
+        Implement this, or `decode_scaled` (the same call with the scales in one record).
+        """
+        return self.decode_scaled(q, kv_cache, decode, DecodeScales(sm_scale, q_scale, kv_scale))
+
+    def decode_scaled(
+        self, q: torch.Tensor, kv_cache: torch.Tensor, decode: DecodeMetadata, scales: DecodeScales
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`decode` with its scales as one `DecodeScales` record."""
+        raise NotImplementedError(f"backend {self.name}: implement decode() or decode_scaled()")
 
     def make_builder(
         self,
@@ -219,10 +327,11 @@ class Backend(ABC):
         static_forward_context: Mapping[str, Any],
     ) -> MetadataBuilder:
         """Construct this backend's builder; planner profile and program count default to
-        the backend's own."""
+        the backend's own (a plan-free backend's builder gets no profile)."""
+        archs = self.plan_archs() if self.plan_format else ()
         config = replace(
             config,
-            arch=config.arch or self.plan_archs()[0],
+            arch=(config.arch or archs[0]) if archs else None,
             num_cus=config.num_cus or self.default_num_cus(),
         )
         return self.builder_cls()(config, layer_names, static_forward_context)

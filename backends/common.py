@@ -3,7 +3,7 @@
 It reads the MLA dims and the prefill backend from the first layer in the
 `static_forward_context` (vLLM #51255), sizes its chunked-prefill workspace as
 ``kv_lora_rank + qk_rope_head_dim``, splits decodes from prefills, turns the decode
-rows into a paged CSR list and plans the persistent decode.
+rows into a paged CSR list and plans the persistent decode (`PlanFreeBuilder`: no plan).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 import torch
 
 from backends.base import (
+    AITER_V1,
+    Backend,
     BuilderConfig,
     ChunkedContext,
     DecodeMetadata,
@@ -29,8 +31,10 @@ from conformance.metadata.transforms import decode_view, prefill_view
 from conformance.metadata.validator import validate
 from conformance.persistent.planner import plan_persistent_decode
 from conformance.persistent.profiles import get_profile
+from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
 
 WORKSPACE_MAX_TOKENS = 64 * 1024
+ALL_DTYPES: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 
 
 def chunked_prefill_workspace_tokens(config: BuilderConfig) -> int:
@@ -60,6 +64,8 @@ class MLACommonBuilder(MetadataBuilder):
 
     default_arch: ClassVar[str] = "gfx942"
     default_num_cus: ClassVar[int] = 8
+    plans_work: ClassVar[bool] = True
+    """Whether it attaches an AITER v1 work plan to its decode metadata."""
 
     def __init__(
         self,
@@ -92,7 +98,11 @@ class MLACommonBuilder(MetadataBuilder):
             dtype=config.kv_cache.dtype,
             device=self.device,
         )
-        self.planner: Callable[..., Any] = plan_persistent_decode
+        self.planner: Callable[..., Any] = self.make_planner()
+
+    def make_planner(self) -> Callable[..., Any]:
+        """The planner its decode plans are made with (the reference planner here)."""
+        return plan_persistent_decode
 
     def build(self, cam: CommonAttentionMetadata) -> MLAMetadata:
         """Split decodes from prefills and build both parts."""
@@ -194,7 +204,7 @@ class MLACommonBuilder(MetadataBuilder):
             page_size=page,
             causal=cam.causal,
         )
-        if real:
+        if real and self.plans_work:
             meta.planner_call = self._planner_call(real_cam, kv_indptr, last)
             meta.plan = self.planner(**meta.planner_call)
         return meta
@@ -223,3 +233,23 @@ class MLACommonBuilder(MetadataBuilder):
             "arch": arch,
             "num_cus": self.config.num_cus or self.default_num_cus,
         }
+
+
+class PlanFreeBuilder(MLACommonBuilder):
+    """The shared builder without a work plan: decode metadata of paged-KV CSR lists only.
+
+    For a backend that schedules its own way (``plan_format = None``); it may attach its
+    own scheduler metadata (`DecodeMetadata.scheduler`) in a subclass's `_build_decode`.
+    """
+
+    plans_work: ClassVar[bool] = False
+
+
+class PlanExecutingBackend(Backend):
+    """The declaration of a backend over the shared builder that executes AITER v1 plans
+    (bf16 or either e4m3 flavour for q and KV); subclasses add availability and decode."""
+
+    layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
+    plan_format: ClassVar[str | None] = AITER_V1
+    q_dtypes: ClassVar[tuple[torch.dtype, ...]] = ALL_DTYPES
+    kv_dtypes: ClassVar[tuple[torch.dtype, ...]] = ALL_DTYPES

@@ -24,6 +24,7 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "cuda": "backends.triton_backend:CudaTritonBackend",
     "interpret": "backends.triton_backend:InterpretTritonBackend",
     "rocm": "backends.rocm:RocmAiterBackend",
+    "flashinfer": "backends.flashinfer_backend:FlashInferBackend",
 }
 
 

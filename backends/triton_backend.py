@@ -14,15 +14,9 @@ from typing import ClassVar
 
 import torch
 
-from backends.base import (
-    Availability,
-    Backend,
-    DecodeMetadata,
-    MetadataBuilder,
-    require_plan,
-)
-from backends.common import MLACommonBuilder
-from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
+from backends import base
+from backends.base import Availability, DecodeScales
+from backends.common import MLACommonBuilder, PlanExecutingBackend
 
 INTERPRET_ENV = "TRITON_INTERPRET"
 INTERPRETER_PROGRAMS = 4
@@ -47,29 +41,25 @@ class TritonBuilder(MLACommonBuilder):
     default_arch: ClassVar[str] = "triton"
 
 
-class _TritonBackend(Backend):
-    layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
+class _TritonBackend(PlanExecutingBackend):
     numerics: ClassVar[str] = "tensor-core"
 
-    def builder_cls(self) -> type[MetadataBuilder]:
+    def builder_cls(self) -> type[base.MetadataBuilder]:
         return TritonBuilder
 
     def plan_archs(self) -> tuple[str, ...]:
         return ("triton",)
 
-    def decode(
+    def decode_scaled(
         self,
         q: torch.Tensor,
         kv_cache: torch.Tensor,
-        decode: DecodeMetadata,
-        *,
-        sm_scale: float,
-        q_scale: float = 1.0,
-        kv_scale: float = 1.0,
+        decode: base.DecodeMetadata,
+        scales: DecodeScales,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         from kernels.triton_mla import persistent_mla_decode
 
-        plan = require_plan(decode)
+        plan = base.require_plan(decode)
         fp8_p = None
         if q.dtype == torch.float8_e4m3fnuz:
             # Hopper has no e4m3fnuz (gfx942's flavour); every such value is exact in bf16.
@@ -81,15 +71,9 @@ class _TritonBackend(Backend):
             q,
             kv_cache,
             plan,
-            kv_indptr=decode.kv_indptr,
-            kv_indices=decode.kv_indices,
-            kv_last_page_lens=decode.kv_last_page_lens,
+            **base.csr_arguments(decode),
             qo_indptr=decode.query_start_loc,
-            page_size=decode.page_size,
-            sm_scale=sm_scale,
-            q_scale=q_scale,
-            kv_scale=kv_scale,
-            causal=decode.causal,
+            **scales.as_kwargs(),
             fp8_p=fp8_p,
         )
 

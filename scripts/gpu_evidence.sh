@@ -21,11 +21,7 @@ mkdir -p "$out"
 exec > >(tee "$out/log.txt") 2>&1
 export PYTHONUNBUFFERED=1 MLA_CONFORMANCE_BACKEND=cuda
 
-if ls .whl/*.whl >/dev/null 2>&1; then
-  site_dir=$(mktemp -d)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$site_dir" .whl/*.whl && export PYTHONPATH=$site_dir${PYTHONPATH:+:$PYTHONPATH}
-fi
+. scripts/carried_wheels.sh
 
 python3 - "$out/machine.json" <<'PY'
 import json, os, platform, subprocess, sys

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
-from backends.base import Availability, Backend, BuilderConfig, DecodeMetadata, MetadataBuilder
+from backends.base import (
+    AITER_V1,
+    Availability,
+    Backend,
+    DecodeMetadata,
+    DecodeScales,
+    MetadataBuilder,
+)
 from backends.common import MLACommonBuilder
 from backends.rocm.decode import aiter_decode
 from backends.rocm.planner import AiterPlanner, AiterWorkPlan
@@ -17,24 +23,21 @@ from conformance.errors import BackendUnavailable
 from conformance.persistent.aiter_check import aiter_plan_matches_reference
 from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
 
+FP8_DTYPES = (torch.float8_e4m3fnuz, torch.float8_e4m3fn)  # gfx942's flavour, gfx950's
+
 
 class RocmAiterBuilder(MLACommonBuilder):
     """The shared builder, planning with AITER; `RocmAiterBackend` binds it to a device."""
 
     runtime: ClassVar[AiterRuntime | None] = None
 
-    def __init__(
-        self,
-        config: BuilderConfig,
-        layer_names: list[str],
-        static_forward_context: Mapping[str, Any],
-    ) -> None:
+    def make_planner(self) -> AiterPlanner:
+        """AITER's planner on the bound device."""
         if self.runtime is None:
             raise BackendUnavailable(
                 "RocmAiterBuilder is not bound to a device: use RocmAiterBackend().builder_cls()"
             )
-        super().__init__(config, layer_names, static_forward_context)
-        self.planner = AiterPlanner(self.runtime)
+        return AiterPlanner(self.runtime)
 
 
 class RocmAiterBackend(Backend):
@@ -44,6 +47,9 @@ class RocmAiterBackend(Backend):
     device_kind: ClassVar[str] = "rocm"
     layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
     numerics: ClassVar[str] = "tensor-core"
+    plan_format: ClassVar[str | None] = AITER_V1
+    q_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.bfloat16, *FP8_DTYPES)
+    kv_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.bfloat16, *FP8_DTYPES)
 
     @cached_property
     def _probed(self) -> AiterRuntime | Availability:
@@ -116,15 +122,8 @@ class RocmAiterBackend(Backend):
             plan, decode.planner_call, work_metadata_ptrs=plan.work_metadata_ptrs
         )
 
-    def decode(
-        self,
-        q: torch.Tensor,
-        kv_cache: torch.Tensor,
-        decode: DecodeMetadata,
-        *,
-        sm_scale: float,
-        q_scale: float = 1.0,
-        kv_scale: float = 1.0,
+    def decode_scaled(
+        self, q: torch.Tensor, kv_cache: torch.Tensor, decode: DecodeMetadata, scales: DecodeScales
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Persistent ``aiter.mla.mla_decode_fwd`` over `decode.plan`.
 
@@ -133,12 +132,4 @@ class RocmAiterBackend(Backend):
         ``[T, H]`` fp32, on the device. The output is prefilled with NaN, so rows the
         kernel does not write show up in any comparison.
         """
-        return aiter_decode(
-            self.runtime(),
-            q,
-            kv_cache,
-            decode,
-            sm_scale=sm_scale,
-            q_scale=q_scale,
-            kv_scale=kv_scale,
-        )
+        return aiter_decode(self.runtime(), q, kv_cache, decode, **scales.as_kwargs())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +53,10 @@ META_KEYS: tuple[str, ...] = (
     "plan",
     "planner_call",
 )
-PLAN_SCALARS: tuple[str, ...] = (
-    "num_works",
-    "num_partials",
-    "num_tiles",
-    "fold_ratio",
-    "heads_per_work",
-    "max_seqlen_qo",
+PLAN_SCALARS: tuple[str, ...] = tuple(
+    f.name for f in dataclass_fields(WorkPlan) if f.name not in (*PLAN_BUFFERS, "params")
 )
+"""The plan's integer fields (``num_works`` ... ``max_seqlen_qo``)."""
 _DTYPE_BY_NAME: dict[str, torch.dtype] = {
     str(d): d for d in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 }
@@ -127,25 +124,18 @@ class Golden:
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.tensors[name]
 
-    @property
-    def q_scale(self) -> float:
-        """q's per-tensor scale as the kernel receives it (fp32-exact)."""
-        return float(self.meta["q_scale"])
-
-    @property
-    def kv_scale(self) -> float:
-        """The cache's per-tensor scale (fp32-exact)."""
-        return float(self.meta["kv_scale"])
-
-    @property
-    def sm_scale(self) -> float:
-        """The softmax scale, 1/√576."""
-        return float(self.meta["sm_scale"])
-
-    @property
-    def num_blocks(self) -> int:
-        """Blocks of the paged cache (block 0 is the null block; spare blocks stay unused)."""
-        return int(self.meta["num_blocks"])
+    q_scale = property(
+        lambda self: float(self.meta["q_scale"]),
+        doc="q's per-tensor scale as the kernel receives it (fp32-exact).",
+    )
+    kv_scale = property(
+        lambda self: float(self.meta["kv_scale"]), doc="The cache's per-tensor scale (fp32-exact)."
+    )
+    sm_scale = property(lambda self: float(self.meta["sm_scale"]), doc="The softmax scale, 1/√576.")
+    num_blocks = property(
+        lambda self: int(self.meta["num_blocks"]),
+        doc="Blocks of the paged cache (block 0 is the null block; spare blocks stay unused).",
+    )
 
     # -- the plan ----------------------------------------------------------------------
 
@@ -203,8 +193,12 @@ class Golden:
                 f"case {case.id} has kv lengths {case.seq_lens} below q_len {case.q_len}; "
                 f"no CommonAttentionMetadata expresses it (feed decode_metadata() instead)",
             )
-        spec = BatchSpec(case.seq_lens, (case.q_len,) * case.batch, case.id)
+        pad = case.pad_rows
+        spec = BatchSpec(
+            (*case.seq_lens, *(0,) * pad), (*(case.q_len,) * case.batch, *(0,) * pad), case.id
+        )
         table = self.tensors["block_table"]
+        table = torch.cat([table, torch.zeros((pad, table.shape[1]), dtype=table.dtype)])
         new_tokens = [
             token_slots(table[b], n - case.q_len, n, case.page_size)
             for b, n in enumerate(case.seq_lens)
@@ -215,6 +209,7 @@ class Golden:
             device=device,
             num_blocks=self.num_blocks,
             seed=case.seed,
+            causal=case.causal,
             decode_threshold=case.q_len,
         )
         return cam.replace(
@@ -245,19 +240,26 @@ class Golden:
         return BuilderConfig(device=str(device), **self.builder_fields(**changes))
 
     def decode_metadata(
-        self, device: torch.device | str = "cpu", *, plan: WorkPlan | None = None
+        self,
+        device: torch.device | str = "cpu",
+        *,
+        plan: WorkPlan | None = None,
+        with_plan: bool = True,
     ) -> DecodeMetadata:
-        """Decode metadata that feeds `plan` (default: the golden plan) to a backend.
+        """Decode metadata that feeds `plan` (default: the golden plan; none without
+        `with_plan`, for a plan-free backend) to a backend.
 
         ``planner_call`` records the golden's planner arguments with ``causal`` set to the
-        decode's mask (causal); they differ only for a case planned non-causally because
-        the causal planner refuses it (``plan_causal=False``, page size > 1, where the
-        v1.2 plan does not depend on ``causal``).
+        decode's mask; they differ only for a case planned non-causally because the causal
+        planner refuses it (``plan_causal=False``, page size > 1, where the v1.2 plan does
+        not depend on ``causal``).
         """
         t = self.tensors
         dev = torch.device(device)
         call = self.planner_call()
-        call["causal"] = True
+        call["causal"] = self.case.causal
+        if with_plan:
+            plan = (plan if plan is not None else self.plan()).to(dev)
         qsl = t["query_start_loc"]
         return DecodeMetadata(
             num_decodes=self.case.batch,
@@ -272,9 +274,9 @@ class Golden:
             kv_indices=t["kv_indices"].to(dev),
             kv_last_page_lens=t["kv_last_page_lens"].to(dev),
             page_size=self.case.page_size,
-            causal=True,
-            plan=(plan if plan is not None else self.plan()).to(dev),
-            planner_call=call,
+            causal=self.case.causal,
+            plan=plan if with_plan else None,
+            planner_call=call if with_plan else {},
         )
 
 

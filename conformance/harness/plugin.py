@@ -69,11 +69,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def family_of(item: pytest.Item) -> str | None:
-    """The conformance family of a test: its module name minus ``test_``."""
+    """The conformance family of a test: its module's ``CONFORMANCE_FAMILY``, else its name
+    minus ``test_``."""
     path = Path(str(item.path)).resolve()
     if path.parent != CONFORMANCE_DIR or not path.stem.startswith("test_"):
         return None
-    return path.stem.removeprefix("test_")
+    module = getattr(item, "module", None)
+    return getattr(module, "CONFORMANCE_FAMILY", None) or path.stem.removeprefix("test_")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,6 +14,9 @@ A *kind* names how a backend computes:
 - ``"tensor-core"``: bf16 operands to both dots with fp32 accumulation (a Triton kernel);
   P is rounded to bf16 before ``P @ V`` (to fp8 when q is fp8). When q and the cache are
   both fp8, ``q·k`` may run on fp8 tensor cores, whose accumulation keeps ~14 bits.
+- ``"dequant-bf16"``: tensor-core, with an fp8 cache dequantised (times ``kv_scale``) into
+  bf16 operands before the dots (FlashInfer's fa2/fa3 kernels): K and V carry one bf16
+  rounding each (docs/tolerances.md §2).
 
 The output check is element-wise ``|a - b| <= atol or |a - b| <= rtol * |b|`` plus the
 cosine bound ``1 - 2Σab / Σ(a² + b²) <= cos_diff`` (`conformance.numerics.compare`). LSE (fp32, not
@@ -38,7 +41,7 @@ U_FP32 = 2.0**-24
 U_FP8_MMA = 2.0**-14
 FP8_MMA_K = 32
 
-KINDS: tuple[str, ...] = ("fp32-reference", "tensor-core")
+KINDS: tuple[str, ...] = ("fp32-reference", "tensor-core", "dequant-bf16")
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def error_budget(
     u_acc = U_FP32 if kind == "fp32-reference" else 2 * U_FP32
     if q8:
         u_p = U_E4M3
-    elif kind == "tensor-core":
+    elif kind != "fp32-reference":
         u_p = U_BF16
     else:
         u_p = 0.0
@@ -108,13 +111,18 @@ def error_budget(
     s1 = math.sqrt(m.qk_dim) * m.score_rms
     n_scale = 1 + int(q8) + int(kv8)
     score_err = (m.lam * math.sqrt(m.qk_dim) * u_acc + n_scale * U_FP32) * s1
-    if kind == "tensor-core" and q8 and kv8:
+    if kind != "fp32-reference" and q8 and kv8:
         # fp8 MMA: each of the ceil(K/32) accumulation steps may lose u_fp8_mma of the
         # running magnitude, which is at most S1; truncation is biased, so errors add up.
         score_err += math.ceil(m.qk_dim / FP8_MMA_K) * U_FP8_MMA * s1
     # Σ p·v (accumulated like the dots) and Σ p (fp32), the divide, the kv_scale multiply.
     sqrt_l = math.sqrt(m.max_context)
     sum_err = m.lam * sqrt_l * (u_acc + U_FP32) + (1 + int(kv8)) * U_FP32
+    if kind == "dequant-bf16" and kv8:
+        # k·kv_scale rounded to bf16: independent relative errors <= u_b on each product of
+        # the dot, |δS| <= λ u_b sqrt(Σ (sm q_i k_i)²) ≈ λ u_b σ_s; v·kv_scale rounded: u_b.
+        score_err += m.lam * U_BF16 * m.score_rms
+        sum_err += U_BF16
     v_max = m.tail * m.value_rms
     abs_fp32 = 2 * v_max * score_err + v_max * sum_err
     abs_p = 0.5 * u_p * v_max

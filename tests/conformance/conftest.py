@@ -1,15 +1,19 @@
-"""Fixtures shared by the conformance families: layers, builder configs, builders."""
+"""Fixtures shared by the conformance families: layers, builder configs, builders, goldens."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
 import torch
 
-from backends.base import Backend, BuilderConfig, KVCacheSpec, MetadataBuilder
+from backends import registry
+from backends.base import Backend, BuilderConfig, DecodeMetadata, KVCacheSpec, MetadataBuilder
+from conformance.goldens import Golden, GoldenCase, GoldenStore, load_golden
+from conformance.goldens.assertions import Capabilities
 from conformance.metadata.dims import DEEPSEEK_R1, ModelConfig
 from conformance.stubs.protocol import MLAAttentionLayer
 
@@ -66,3 +70,114 @@ def layer_name() -> str:
 def real_layer() -> MLAAttentionLayer:
     """A real MLA layer, as `make_layer_context` registers it (DeepSeek-R1 dims, 16 heads)."""
     return make_layer_context()[LAYER_NAME]
+
+
+# --------------------------------------------------------------------------------------
+# Golden cases (tests/conformance/test_numerics.py and test_plan.py)
+
+Selector = Callable[[GoldenCase, Capabilities], bool]
+PLAN_SELECTORS: dict[str, Selector] = {
+    # the backend's builder must reproduce the golden plan
+    "plan_id": lambda case, caps: caps.plans(case, case.num_cus),
+    # the spy replay (vLLM's fp8 golden test) needs an fp8 q or cache
+    "spy_id": lambda case, caps: caps.plans(case, case.num_cus) and case.has_fp8,
+    # plan invariance: the same batch planned for another program count
+    "replan_id": lambda case, caps: case.via_builder and caps.decodes(case),
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize the golden-case fixtures from the manifest, ids = case ids.
+
+    ``golden_id`` (the numerics contract) takes every case, for every backend. The plan
+    fixtures take the cases a plan-format backend can plan or execute; for a plan-free
+    backend they take every case, each reported not applicable by the test.
+    """
+    wanted = [n for n in ("golden_id", *PLAN_SELECTORS) if n in metafunc.fixturenames]
+    if not wanted:
+        return
+    manifest = GoldenStore().read_manifest()
+    cases = [GoldenCase.from_json(entry.case) for entry in manifest.entries.values()]
+    try:
+        backend = registry.get_backend(metafunc.config.getoption("backend"))
+    except Exception:  # unknown or broken backend: the plugin reports it
+        backend = None
+    if backend is not None and backend.tiny_cases_only:
+        cases = [case for case in cases if case.tiny]
+    caps = Capabilities.of(backend) if backend is not None else Capabilities()
+    plan_free = backend is None or backend.plan_format is None
+    for name in wanted:
+        select = PLAN_SELECTORS.get(name)
+        if select is None or plan_free:
+            ids = [case.id for case in cases]
+        else:
+            ids = [case.id for case in cases if select(case, caps)]
+        metafunc.parametrize(name, ids, ids=ids)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread_per_xdist_worker() -> Iterator[None]:
+    """Under pytest-xdist, run torch single-threaded while a module runs.
+
+    Several workers with one intra-op thread per core each oversubscribe the CPU; with
+    OpenMP's spinning threads the CPU decodes ran ~10x slower (measured on 2 cores).
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def golden_store() -> GoldenStore:
+    """The golden directory ($MLA_CONFORMANCE_GOLDENS or tests/goldens)."""
+    return GoldenStore()
+
+
+@pytest.fixture(scope="session")
+def goldens(golden_store: GoldenStore) -> Callable[[str], Golden]:
+    """Load a golden by case id (sha256-verified once per session)."""
+    loaded: dict[str, Golden] = {}
+
+    def load(case_id: str) -> Golden:
+        if case_id not in loaded:
+            loaded[case_id] = load_golden(golden_store, case_id)
+        return loaded[case_id]
+
+    return load
+
+
+@pytest.fixture
+def record_errors(request: pytest.FixtureRequest) -> Callable[[str, object], None]:
+    """Record a JUnit property of this test (``user_properties``: unlike the
+    ``record_property`` fixture, no warning under the default xunit2 family)."""
+    return lambda name, value: request.node.user_properties.append((name, value))
+
+
+@pytest.fixture
+def golden_builder(
+    backend: Backend, layer_name: str
+) -> Callable[..., tuple[MetadataBuilder, Callable[[], DecodeMetadata]]]:
+    """The backend's real builder for a golden, and a function building its batch."""
+
+    def make(golden: Golden, **changes: Any) -> tuple[MetadataBuilder, Callable[[], Any]]:
+        layer = MLAAttentionLayer(dims=DEEPSEEK_R1.dims, num_heads=golden.case.heads)
+        config = golden.builder_config(backend.device, **changes)
+        builder = backend.make_builder(config, [layer_name], {layer_name: layer})
+
+        def build() -> DecodeMetadata:
+            meta = builder.build(golden.cam(backend.device))
+            assert meta.decode is not None, (
+                f"case {golden.case.id}: the builder produced no decode metadata "
+                f"(num_decodes={meta.num_decodes})"
+            )
+            return meta.decode
+
+        return builder, build
+
+    return make

@@ -83,7 +83,8 @@ def test_builder_accepts_factory_output(spec_name, block_size, backend, make_bui
             [cam.block_table_tensor[i, : pages[k]].cpu() for k, i in enumerate(real)]
         )
         assert torch.equal(d.kv_indices.cpu(), expected_pages)
-        assert d.plan is not None, "a batch with decode rows must carry a work plan"
+        if backend.plan_format is not None:  # the plan contract's backends
+            assert d.plan is not None, "a batch with decode rows must carry a work plan"
     if npf:
         p = meta.prefill
         assert p is not None

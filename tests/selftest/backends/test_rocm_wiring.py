@@ -16,7 +16,6 @@ JUnit: stand-in results are never a rocm conformance result.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import inspect
 import math
 import sys
@@ -43,25 +42,12 @@ from conformance.stubs.protocol import MLAAttentionLayer
 from kernels.plan_exec import execute_plan
 from kernels.reference import mla_decode_reference
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LAYER = "model.layers.0.self_attn.attn"
 SM_SCALE = 576**-0.5
 
 
-def _load_fake_aiter():  # -> the fake_aiter module
-    name = "mla_selftest_fake_aiter"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).with_name("fake_aiter.py")
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fake_aiter = _load_fake_aiter()
+fake_aiter = sys.modules["mla_selftest_fake_aiter"]  # registered by conftest.py
 
 
 @pytest.fixture(autouse=True)

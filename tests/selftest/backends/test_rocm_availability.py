@@ -21,23 +21,10 @@ from backends.rocm.backend import RocmAiterBackend
 from backends.rocm.probe import RocmDevice
 from conformance.errors import BackendUnavailable
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
-def _load_fake_aiter():  # -> the fake_aiter module
-    name = "mla_selftest_fake_aiter"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).with_name("fake_aiter.py")
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fake_aiter = _load_fake_aiter()
+fake_aiter = sys.modules["mla_selftest_fake_aiter"]  # registered by conftest.py
 
 
 def reason_of(backend: RocmAiterBackend) -> str:

@@ -1,8 +1,10 @@
-"""Negative controls of family C: broken builders, planners, reduces, decodes and goldens.
+"""Negative controls of the numerics and plan contracts: broken builders, planners,
+reduces, decodes and goldens.
 
-Each runs the real family-C module (tests/conformance/test_persistent.py) in-process
-against one deliberately broken piece and requires the run to fail on the cases that
-exercise it, naming the case and the field (and to pass where the piece is not used).
+Each runs the real contract modules (tests/conformance/test_numerics.py, test_plan.py)
+in-process against one deliberately broken piece and requires the run to fail on the
+cases that exercise it, naming the case and the field (and to pass where the piece is not
+used).
 """
 
 from __future__ import annotations
@@ -18,15 +20,18 @@ import pytest
 import torch
 
 from backends import common, registry
-from backends.base import DecodeMetadata, MetadataBuilder
+from backends.base import DecodeScales, MetadataBuilder
 from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
 from conformance.goldens import GOLDENS_ENV, GoldenStore
+from conformance.metadata.record import CommonAttentionMetadata
 from conformance.persistent import planner
+from conformance.persistent.plan import WorkInfo, WorkPlan
 from kernels import plan_exec
 
 pytestmark = pytest.mark.selftest
 
-FAMILY_C = Path(__file__).resolve().parents[1] / "conformance" / "test_persistent.py"
+CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
+CONTRACTS = (CONFORMANCE / "test_numerics.py", CONFORMANCE / "test_plan.py")
 ID_46997 = (
     "gfx950-h32-bf16q-fp8kv-q1-p1-cu256-vllm46997",
     "gfx950-h32-fp8-q2-p1-cu256-vllm46997",
@@ -35,8 +40,9 @@ KV_LT_Q = "gfx942-h16-bf16q-fp8kv-q4-p2-cu80-kv-lt-q"
 
 
 def run_family_c(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """Run family C in-process against the current (patched) implementation."""
-    return pytester.runpytest_inprocess(str(FAMILY_C), "-p", "no:cacheprovider", "-rf", *args)
+    """Run both contracts in-process against the current (patched) implementation."""
+    paths = [str(p) for p in CONTRACTS]
+    return pytester.runpytest_inprocess(*paths, "-p", "no:cacheprovider", "-rf", *args)
 
 
 def failed_cases(result: pytest.RunResult, test: str) -> set[str]:
@@ -81,15 +87,17 @@ class PlansFp8AsBf16Builder(CpuReferenceBuilder):
         return {**call, "q_dtype": torch.bfloat16, "kv_dtype": torch.bfloat16}
 
 
-class PlansFp8AsBf16Backend(CpuReferenceBackend):
-    name: ClassVar[str] = "plans-fp8-as-bf16"
+def backend_building_with(name: str, builder: type[MetadataBuilder]) -> CpuReferenceBackend:
+    """The CPU reference backend, renamed, with another builder."""
+    attrs = {"name": name, "builder_cls": lambda self: builder}
+    return type(f"Backend_{builder.__name__}", (CpuReferenceBackend,), attrs)()
 
-    def builder_cls(self) -> type[MetadataBuilder]:
-        return PlansFp8AsBf16Builder
+
+PlansFp8AsBf16Backend = backend_building_with("plans-fp8-as-bf16", PlansFp8AsBf16Builder)
 
 
 def test_builder_planning_fp8_as_bf16_is_caught(pytester, monkeypatch):
-    use_backend(monkeypatch, PlansFp8AsBf16Backend())
+    use_backend(monkeypatch, PlansFp8AsBf16Backend)
     result = run_family_c(
         pytester,
         "--backend",
@@ -136,31 +144,35 @@ def test_planner_without_tail_rule_is_caught(pytester, monkeypatch):
 # A reduce without the -inf guard
 
 
-def unguarded_reduce(
-    partial_out: torch.Tensor,
-    partial_lse: torch.Tensor,
-    *,
-    reduce_indptr: torch.Tensor,
-    reduce_final_map: torch.Tensor,
-    reduce_partial_map: torch.Tensor,
-    out: torch.Tensor,
-    lse: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """BROKEN: merges with raw ``exp(lse - max)`` weights; NaN when every split is -inf."""
-    ind, pmap = reduce_indptr.tolist(), reduce_partial_map.tolist()
-    for tile in range(len(ind) - 1):
-        if ind[tile + 1] - ind[tile] < 2:
-            continue
-        q0, q1 = reduce_final_map[tile].tolist()
-        locs = pmap[ind[tile] : ind[tile + 1]]
-        lse_k = torch.stack([partial_lse[loc : loc + q1 - q0] for loc in locs])
-        o_k = torch.stack([partial_out[loc : loc + q1 - q0] for loc in locs])
-        top = lse_k.max(dim=0).values
-        weight = torch.exp(lse_k - top)
-        total = weight.sum(dim=0)
-        out[q0:q1] = (weight[..., None] * o_k).sum(dim=0) / total[..., None]
-        lse[q0:q1] = top + torch.log(total)
-    return out, lse
+def groups_merged_by(merge):
+    """A reduce that merges each split group's ``(O_k, lse_k)`` stacks with `merge`."""
+
+    def reduce(
+        partial_out, partial_lse, *, reduce_indptr, reduce_final_map, reduce_partial_map, out, lse
+    ):
+        ind, pmap = reduce_indptr.tolist(), reduce_partial_map.tolist()
+        for tile in range(len(ind) - 1):
+            if ind[tile + 1] - ind[tile] < 2:
+                continue
+            q0, q1 = reduce_final_map[tile].tolist()
+            locs = pmap[ind[tile] : ind[tile + 1]]
+            o_k = torch.stack([partial_out[loc : loc + q1 - q0] for loc in locs])
+            lse_k = torch.stack([partial_lse[loc : loc + q1 - q0] for loc in locs])
+            out[q0:q1], lse[q0:q1] = merge(o_k, lse_k)
+        return out, lse
+
+    return reduce
+
+
+def _unguarded_merge(o_k: torch.Tensor, lse_k: torch.Tensor):
+    """BROKEN: raw ``exp(lse - max)`` weights; NaN when every split is -inf."""
+    top = lse_k.max(dim=0).values
+    weight = torch.exp(lse_k - top)
+    total = weight.sum(dim=0)
+    return (weight[..., None] * o_k).sum(dim=0) / total[..., None], top + torch.log(total)
+
+
+unguarded_reduce = groups_merged_by(_unguarded_merge)
 
 
 def test_reduce_without_neg_inf_guard_is_caught(pytester, monkeypatch):
@@ -174,7 +186,7 @@ def test_reduce_without_neg_inf_guard_is_caught(pytester, monkeypatch):
     assert failed_cases(result, "test_poisoned_slots_never_reach_the_output") == {KV_LT_Q}
     assert result.parseoutcomes().get("passed", 0) == 2, masked  # the masked-split case
     result.stdout.fnmatch_lines(
-        [f"*{KV_LT_Q} decode (golden plan fed) out: MISMATCH*", "*NaN/Inf positions differ*"]
+        [f"*{KV_LT_Q} decode (golden metadata fed) out: MISMATCH*", "*NaN/Inf positions differ*"]
     )
 
 
@@ -187,17 +199,9 @@ class IgnoresKvScaleBackend(CpuReferenceBackend):
 
     name: ClassVar[str] = "ignores-kv-scale"
 
-    def decode(
-        self,
-        q: torch.Tensor,
-        kv_cache: torch.Tensor,
-        decode: DecodeMetadata,
-        *,
-        sm_scale: float,
-        q_scale: float = 1.0,
-        kv_scale: float = 1.0,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return super().decode(q, kv_cache, decode, sm_scale=sm_scale, q_scale=q_scale)
+    def decode_scaled(self, q, kv_cache, decode, scales: DecodeScales):
+        unscaled = DecodeScales(scales.sm_scale, scales.q_scale, 1.0)
+        return super().decode_scaled(q, kv_cache, decode, unscaled)
 
 
 def test_decode_ignoring_the_kv_scale_is_caught(pytester, monkeypatch):
@@ -213,7 +217,7 @@ def test_decode_ignoring_the_kv_scale_is_caught(pytester, monkeypatch):
     )
     assert failed_cases(result, "test_decode_matches_golden") == {fp8_kv}
     assert result.parseoutcomes().get("passed", 0) == 1  # a bf16 cache has scale 1
-    result.stdout.fnmatch_lines([f"*{fp8_kv} decode (own plan) out: MISMATCH*"])
+    result.stdout.fnmatch_lines([f"*{fp8_kv} decode (own metadata) out: MISMATCH*"])
 
 
 # --------------------------------------------------------------------------------------
@@ -243,27 +247,10 @@ def test_decode_reading_past_the_sequence_end_is_caught(pytester, monkeypatch):
 # A reduce that is right only when nothing is split: the plan-invariance check
 
 
-def equal_weight_reduce(
-    partial_out: torch.Tensor,
-    partial_lse: torch.Tensor,
-    *,
-    reduce_indptr: torch.Tensor,
-    reduce_final_map: torch.Tensor,
-    reduce_partial_map: torch.Tensor,
-    out: torch.Tensor,
-    lse: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """BROKEN: averages the splits' outputs instead of weighting them by their LSE."""
-    ind, pmap = reduce_indptr.tolist(), reduce_partial_map.tolist()
-    for tile in range(len(ind) - 1):
-        if ind[tile + 1] - ind[tile] < 2:
-            continue
-        q0, q1 = reduce_final_map[tile].tolist()
-        locs = pmap[ind[tile] : ind[tile + 1]]
-        out[q0:q1] = torch.stack([partial_out[loc : loc + q1 - q0] for loc in locs]).mean(0)
-        lse_k = torch.stack([partial_lse[loc : loc + q1 - q0] for loc in locs])
-        lse[q0:q1] = torch.logsumexp(lse_k, dim=0)
-    return out, lse
+equal_weight_reduce = groups_merged_by(
+    # BROKEN: averages the splits' outputs instead of weighting them by their LSE
+    lambda o_k, lse_k: (o_k.mean(0), torch.logsumexp(lse_k, dim=0))
+)
 
 
 def test_plan_dependent_decode_is_caught_by_plan_invariance(pytester, monkeypatch):
@@ -297,3 +284,49 @@ def test_corrupted_golden_fails_with_its_path(pytester, monkeypatch, tmp_path):
     assert outcomes.get("failed", 0) >= 3, outcomes  # intact, decode, poison, plan, ...
     result.stdout.fnmatch_lines(["FAILED *test_goldens_are_intact*"])
     result.stdout.fnmatch_lines([f"*{path}: sha256 * does not match the manifest's*"])
+
+
+# --------------------------------------------------------------------------------------
+# Mutation holes: tiles of unequal rows, a builder that drops cam.causal
+
+
+UNEVEN = "triton-h32-bf16q-fp8kv-q3-p16-cu132-uneven"
+NON_CAUSAL = "tiny-gfx950-h16-bf16q-fp8kv-q4-p16-cu256-noncausal"
+LOC = WorkInfo._fields.index("partial_qo_loc")
+
+
+def planner_advancing_by_actual_rows(*args: Any, **kwargs: Any) -> WorkPlan:
+    """BROKEN: ``partial_qo_loc`` advances by each split work's actual rows, not by the
+    nominal tile size (the same whenever every tile has the same rows)."""
+    plan = planner.plan_persistent_decode(*args, **kwargs)
+    works = plan.work_info_set
+    cursor = 0
+    for w in range(plan.num_works):
+        if int(works[w, LOC]) >= 0:
+            works[w, LOC] = cursor
+            cursor += int(works[w, 3] - works[w, 2])
+    return plan
+
+
+def test_partial_loc_by_actual_tile_rows_is_caught(pytester, monkeypatch):
+    monkeypatch.setattr(common, "plan_persistent_decode", planner_advancing_by_actual_rows)
+    result = run_family_c(pytester, "-k", "plan_matches_golden")
+    assert UNEVEN in failed_cases(result, "test_plan_matches_golden")
+    result.stdout.fnmatch_lines([f"*case {UNEVEN}: the backend's plan differs*", "*work_info_set*"])
+
+
+class DropsCausalBuilder(CpuReferenceBuilder):
+    """BROKEN: builds every decode causal, whatever ``cam.causal`` says."""
+
+    def _build_decode(self, cam: CommonAttentionMetadata):
+        return super()._build_decode(cam.replace(causal=True))
+
+
+DropsCausalBackend = backend_building_with("drops-causal", DropsCausalBuilder)
+
+
+def test_builder_dropping_cam_causal_is_caught(pytester, monkeypatch):
+    use_backend(monkeypatch, DropsCausalBackend)
+    result = run_family_c(pytester, "--backend", DropsCausalBackend.name, "-k", "decode_matches")
+    assert failed_cases(result, "test_decode_matches_golden") == {NON_CAUSAL}
+    result.stdout.fnmatch_lines([f"*{NON_CAUSAL} decode (own metadata) out: MISMATCH*"])

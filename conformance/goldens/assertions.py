@@ -1,0 +1,202 @@
+"""What the golden families assert: a decode result within tolerance, a plan equal to a
+golden plan; and which cases a backend runs (its metadata, fed or built).
+
+Used by tests/conformance/test_numerics.py (every backend) and test_plan.py (backends
+declaring the AITER v1 plan format); messages name the case, the field and the figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from backends.base import Backend, DecodeMetadata
+from conformance.goldens.cases import GoldenCase
+from conformance.goldens.record import Golden
+from conformance.goldens.tolerance import lse_tolerance, output_tolerance
+from conformance.numerics.compare import CompareReport, Element, compare
+from conformance.numerics.tolerances import Tolerance
+from conformance.persistent.plan import PLAN_BUFFERS, WorkInfo, WorkPlan
+from conformance.persistent.planner import plan_persistent_decode
+
+OUTPUT_DTYPES = (torch.bfloat16, torch.float32)
+"""Output dtypes accepted from `Backend.decode` (bf16 per the interface; the CPU
+reference returns its fp32 result unrounded)."""
+PLAN_SCALARS = ("num_works", "num_partials", "num_tiles", "fold_ratio", "heads_per_work")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a plan-format backend declares it can plan and execute (`Backend` hooks)."""
+
+    plan_archs: tuple[str, ...] = ()
+    plan_cu_counts: tuple[int, ...] | None = None  # None: any program count
+    decode_archs: tuple[str, ...] | None = None  # None: any plan
+
+    @classmethod
+    def of(cls, backend: Backend) -> Capabilities:
+        """The backend's declarations (empty when it cannot say, e.g. unavailable)."""
+        if backend.plan_format is None:
+            return cls()
+        try:
+            return cls(
+                tuple(backend.plan_archs()), backend.plan_cu_counts(), backend.decode_archs()
+            )
+        except Exception:  # an unavailable backend's tests are skipped anyway
+            return cls()
+
+    def plans(self, case: GoldenCase, num_cus: int) -> bool:
+        """Whether its builder plans this batch itself for `num_cus` programs."""
+        counts = self.plan_cu_counts
+        return (
+            case.via_builder
+            and case.arch in self.plan_archs
+            and (counts is None or num_cus in counts)
+        )
+
+    def decodes(self, case: GoldenCase) -> bool:
+        """Whether its decode executes plans of this case's profile."""
+        return self.decode_archs is None or case.arch in self.decode_archs
+
+
+def numerics_metadata(
+    backend: Backend, golden: Golden, builder_for: Callable[..., tuple[Any, Callable[[], Any]]]
+) -> tuple[DecodeMetadata, str]:
+    """The decode metadata of the numerics contract, and how it was made.
+
+    `builder_for(golden, **config changes)` gives the backend's builder for the golden.
+    The backend's own builder builds it from the golden's CAM: with the golden's planner
+    profile and CU count where a plan-format backend plans them, else with the backend's
+    own. A plan-format backend whose decode executes the golden's profile but cannot plan
+    it is fed the golden plan. A batch no CAM expresses (kv shorter than q) is fed as the
+    golden's CSR lists, with a plan of a profile the backend executes.
+    """
+    device = backend.device
+    case = golden.case
+    caps = Capabilities.of(backend)
+    planned = backend.plan_format is not None
+    if not case.via_builder:
+        if not planned or caps.decodes(case):
+            return golden.decode_metadata(device, with_plan=planned), "decode (golden metadata fed)"
+        own = {"arch": backend.plan_archs()[0], "num_cus": backend.default_num_cus()}
+        call = {**golden.planner_call(), **own}
+        decode = golden.decode_metadata(device, plan=plan_persistent_decode(**call))
+        decode.planner_call = {**call, "causal": case.causal}
+        return decode, f"decode (golden metadata fed, planned for {own['arch']})"
+    if planned and caps.plans(case, case.num_cus):
+        return builder_for(golden)[1](), "decode (own metadata)"
+    if planned and caps.decodes(case):
+        return golden.decode_metadata(device), "decode (golden plan fed)"
+    build = builder_for(golden, arch=None, num_cus=None)[1]  # the backend's own profile
+    return build(), "decode (own metadata)"
+
+
+def run_decode(backend: Backend, golden: Golden, decode: DecodeMetadata) -> tuple:
+    """The backend's decode of a golden batch over its NaN-poisoned cache."""
+    device = backend.device
+    return backend.decode(
+        golden.q(device),
+        golden.kv_cache(device),
+        decode,
+        sm_scale=golden.sm_scale,
+        q_scale=golden.q_scale,
+        kv_scale=golden.kv_scale,
+    )
+
+
+def _over_bound(element: Element, tol: Tolerance) -> float:
+    """An element's error over its abs-or-rel bound (1.0: exactly at the tolerance)."""
+    bound = max(tol.atol, tol.rtol * abs(element.expected))
+    if bound > 0:
+        return element.abs_err / bound
+    return 0.0 if element.abs_err == 0 else float("inf")
+
+
+def assert_result_matches(
+    *,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    golden: Golden,
+    backend: Backend,
+    record: Callable[[str, object], None],
+    what: str,
+) -> tuple[CompareReport, CompareReport]:
+    """Compare a decode result with the golden; `record` the errors (JUnit properties)."""
+    __tracebackhide__ = True
+    case = golden.case
+    assert out.dtype in OUTPUT_DTYPES, (
+        f"case {case.id}: {what} output dtype {out.dtype}, expected one of {OUTPUT_DTYPES}"
+    )
+    out_tol = output_tolerance(case.q_torch_dtype, case.kv_torch_dtype, backend.numerics)
+    lse_tol = lse_tolerance(case.q_torch_dtype, case.kv_torch_dtype, backend.numerics)
+    out_report = compare(
+        out, golden["out"], tol=out_tol, name=f"{case.id} {what} out", dtype=out.dtype
+    )
+    lse_report = compare(
+        lse, golden["lse"], tol=lse_tol, name=f"{case.id} {what} lse", dtype=torch.float32
+    )
+    for prefix, report in (("out", out_report), ("lse", lse_report)):
+        record(f"{prefix}_max_abs_err", report.max_abs_err)
+        record(f"{prefix}_max_rel_err", report.max_rel_err)
+        record(f"{prefix}_cos_diff", report.cos_diff)
+        # error / tolerance: the cosine one, and the largest error over atol (abs-or-rel
+        # passes an element above atol that is within rtol of the golden)
+        record(f"{prefix}_cos_ratio", report.cos_diff / report.tol.cos_diff)
+        record(f"{prefix}_abs_ratio", report.max_abs_err / report.tol.atol)
+        # the tolerance, and the worst element's error over its own abs-or-rel bound
+        record(f"{prefix}_atol", report.tol.atol)
+        record(f"{prefix}_rtol", report.tol.rtol)
+        record(f"{prefix}_cos_tol", report.tol.cos_diff)
+        record(
+            f"{prefix}_err_over_tol",
+            max((_over_bound(e, report.tol) for e in report.worst), default=0.0),
+        )
+    failed = [r.message() for r in (out_report, lse_report) if not r.ok]
+    if failed:
+        raise AssertionError("\n".join(failed))
+    return out_report, lse_report
+
+
+def _first_difference(name: str, actual: torch.Tensor, expected: torch.Tensor) -> str:
+    if actual.shape != expected.shape:
+        return f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    where = torch.nonzero(actual != expected)
+    row = tuple(int(i) for i in where[0])
+    if name == "work_info_set":
+        w = row[0]
+        got, want = WorkInfo(*actual[w].tolist()), WorkInfo(*expected[w].tolist())
+        return (
+            f"{name}: {len(where)} entries differ; first at work {w}:\n"
+            f"      actual   {got}\n      expected {want}"
+        )
+    return (
+        f"{name}: {len(where)} entries differ; first at {row}: actual "
+        f"{actual[row].tolist()}, expected {expected[row].tolist()}"
+    )
+
+
+def assert_same_plan(
+    *, actual: WorkPlan, expected: WorkPlan, case_id: str, what: str, against: str
+) -> None:
+    """Equal buffer shapes, plan scalars and written regions; the message names the field."""
+    __tracebackhide__ = True
+    problems = []
+    for name in PLAN_BUFFERS:
+        a, e = getattr(actual, name), getattr(expected, name)
+        if tuple(a.shape) != tuple(e.shape):
+            problems.append(f"{name}: buffer shape {tuple(a.shape)}, expected {tuple(e.shape)}")
+    for name in PLAN_SCALARS:
+        a, e = getattr(actual, name), getattr(expected, name)
+        if a != e:
+            problems.append(f"{name}: {a}, expected {e}")
+    got, want = actual.written_regions(), expected.written_regions()
+    for name, w in want.items():
+        g = got[name].to("cpu")
+        if g.shape != w.shape or not torch.equal(g, w):
+            problems.append(_first_difference(name, g, w))
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise AssertionError(f"case {case_id}: {what} differs from {against}:\n{lines}")

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Conformance run of the `flashinfer` backend on an NVIDIA GPU machine without internet.
+#
+# Installs the wheels carried in .whl/ (a trimmed flashinfer-python wheel, apache-tvm-ffi,
+# and any pure-Python wheels the machine lacks) into a temporary site directory, points
+# FlashInfer's JIT at /tmp (FLASHINFER_WORKSPACE_BASE, TVM_FFI_CACHE_DIR; Hopper only:
+# FLASHINFER_CUDA_ARCH_LIST=9.0a), puts ninja on PATH, then runs the shared conformance
+# set. Writes into $OUT (or the first argument): flashinfer.xml + flashinfer.meta.json,
+# versions.json and log.txt. A copy of the tree without git metadata names its commit in
+# MLA_CONFORMANCE_GIT_COMMIT.
+#
+#   MLA_CONFORMANCE_GIT_COMMIT=<sha> scripts/gpu_flashinfer.sh [OUTDIR]
+set -uo pipefail
+out=${1:-${OUT:?usage: scripts/gpu_flashinfer.sh OUTDIR (or set OUT)}}
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+exec > >(tee "$out/log.txt") 2>&1
+export PYTHONUNBUFFERED=1 MLA_CONFORMANCE_BACKEND=flashinfer
+
+. scripts/carried_wheels.sh
+jit=$(mktemp -d /tmp/flashinfer-jit.XXXXXX)
+export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
+export FLASHINFER_WORKSPACE_BASE=$jit/workspace TVM_FFI_CACHE_DIR=$jit/tvm-ffi
+ninja_dir=$(python3 -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null) \
+  && export PATH=$ninja_dir:$PATH || echo "ninja not importable: FlashInfer's JIT may fail"
+
+python3 - "$out/versions.json" <<'PY'
+import json, os, platform, sys
+import torch
+commit = os.environ.get("MLA_CONFORMANCE_GIT_COMMIT") or "unknown"
+info = {"backend": "flashinfer", "source": f"scripts/gpu_flashinfer.sh at commit {commit}",
+        "git_commit": commit, "python": platform.python_version(),
+        "torch": torch.__version__, "cuda_runtime": torch.version.cuda}
+try:
+    import flashinfer
+    info["flashinfer"] = getattr(flashinfer, "__version__", "unknown")
+except Exception as exc:  # reported, the run below says the backend is unavailable
+    info["flashinfer"] = f"not importable: {type(exc).__name__}: {exc}"
+if torch.cuda.is_available():
+    props = torch.cuda.get_device_properties(0)
+    info.update(device=props.name, sm_count=props.multi_processor_count,
+                capability=f"{props.major}.{props.minor}")
+json.dump(info, open(sys.argv[1], "w"), indent=2)
+print(json.dumps(info, indent=2))
+PY
+
+status=0
+# Into a folder of its own under reports/ (a relative path: no machine path in the sidecar).
+run_dir=reports/gpu-flashinfer-$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$run_dir"
+python3 -m pytest tests/conformance --backend flashinfer --junitxml="$run_dir/flashinfer.xml" \
+  -o junit_suite_name=mla-flashinfer -p no:cacheprovider -q -rfEs || status=$?
+cp "$run_dir"/flashinfer.xml "$out"/ || status=$?
+cp "$run_dir"/flashinfer.meta.json "$out"/ 2>/dev/null || true
+# The largest error / tolerance ratios of the numerics contract (JUnit properties).
+python3 - "$out/flashinfer.xml" <<'PY' || true
+import re, sys
+text = open(sys.argv[1]).read()
+worst = {}
+cases = re.findall(r'<testcase [^>]*name="(test_decode_matches_golden\[[^"]+)"(.*?)</testcase>',
+                   text, flags=re.S)
+for name, body in cases:
+    props = dict(re.findall(r'<property name="([^"]+)" value="([^"]+)"', body))
+    if "out_max_abs_err" in props:
+        print(name, {k: props[k] for k in sorted(props) if k.endswith(("err", "diff", "ratio"))})
+        for key in ("out_cos_ratio", "out_abs_ratio", "lse_cos_ratio", "lse_abs_ratio"):
+            if key in props and float(props[key]) > worst.get(key, (0.0, ""))[0]:
+                worst[key] = (float(props[key]), name)
+for key, (value, name) in sorted(worst.items()):
+    print(f"largest {key}: {value:.3g} ({name})")
+PY
+echo "exit status $status"
+exit $status

@@ -1,0 +1,75 @@
+"""The numerics contract, for every backend: its own builder and decode against goldens.
+
+Each golden (tests/goldens, `conformance.goldens`) holds a DeepSeek-R1 decode batch and
+the reference output and LSE. For the selected backend, on every case whose q and KV
+dtypes it declares (`Backend.q_dtypes`, `kv_dtypes`; other cases are not applicable):
+
+- its builder builds its own metadata from the golden's `CommonAttentionMetadata`
+  (padded rows included) and its decode runs over the NaN-poisoned paged cache; output
+  and LSE match the golden within the tolerance derived for its declared numerics
+  (`conformance.goldens.tolerance`); errors are recorded as JUnit properties;
+- NaN-poisoned cache slots past each sequence never reach the output;
+- the golden files are intact (sha256 against the manifest).
+
+A batch no CAM expresses (kv shorter than q) is fed as the golden's CSR lists; a backend
+declaring the AITER v1 plan format builds with the golden's profile where it plans it, is
+fed the golden plan where it only executes it, and builds with its own profile otherwise
+(`conformance.goldens.assertions.numerics_metadata`). Test bodies never name a backend.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backends.base import Backend
+from conformance.goldens import Golden, GoldenStore
+from conformance.goldens.assertions import assert_result_matches, numerics_metadata, run_decode
+
+
+def _applicable(backend: Backend, golden: Golden) -> None:
+    reason = backend.dtype_skip(golden.case.q_torch_dtype, golden.case.kv_torch_dtype)
+    if reason:
+        pytest.skip(reason)
+
+
+def test_goldens_are_intact(golden_store: GoldenStore) -> None:
+    problems = golden_store.verify()
+    assert not problems, "golden files fail verification:\n" + "\n".join(f"  {p}" for p in problems)
+
+
+def test_decode_matches_golden(
+    golden_id: str, backend: Backend, goldens, golden_builder, record_errors
+) -> None:
+    golden = goldens(golden_id)
+    _applicable(backend, golden)
+    decode, what = numerics_metadata(backend, golden, golden_builder)
+    out, lse = run_decode(backend, golden, decode)
+    assert_result_matches(
+        out=out, lse=lse, golden=golden, backend=backend, record=record_errors, what=what
+    )
+
+
+def test_poisoned_slots_never_reach_the_output(
+    golden_id: str, backend: Backend, goldens, golden_builder
+) -> None:
+    golden = goldens(golden_id)
+    case = golden.case
+    _applicable(backend, golden)
+    cache = golden.kv_cache("cpu")
+    poisoned = int(torch.isnan(cache.float()).any(dim=-1).sum())
+    assert poisoned == golden.poisoned_slots > 0, (
+        f"case {case.id}: expected {golden.poisoned_slots} NaN-poisoned cache slots, "
+        f"found {poisoned}"
+    )
+    decode, _ = numerics_metadata(backend, golden, golden_builder)
+    out, lse = run_decode(backend, golden, decode)
+    for name, value in (("output", out), ("lse", lse)):
+        nan = torch.isnan(value.float().cpu())
+        if bool(nan.any()):
+            token, head = (int(i) for i in torch.nonzero(nan)[0][:2])
+            pytest.fail(
+                f"case {case.id}: the {name} has {int(nan.sum())} NaN entries, first at "
+                f"token {token}, head {head}: the decode read a NaN-poisoned cache slot "
+                f"(past a sequence's end, or an unused block)"
+            )
