@@ -81,8 +81,9 @@ class Definitions:
             return self.primary if target.module.endswith(CAM_NAME) else False
         if target.kind != "class" or target.name.rsplit(".", 1)[-1] != CAM_NAME:
             return False
-        for _, found, definition in self.found:
-            if found.key == target.key:
+        number = self.index.modules.get(target.module)
+        for found_number, _, definition in self.found:
+            if found_number == number:
                 return definition
         return self.primary
 
@@ -184,6 +185,8 @@ def check_site(site: ConstructionSite, definition: CamDefinition, table: dict[st
 def definition_findings(index: Index, defs: Definitions, first_path: str) -> list[Finding]:
     """CAM005 for every definition but the one used; CAM007 once when there is none."""
     if defs.primary is None:
+        if not any(facts["sites"] for _, facts in index.loaded()):
+            return []
         return [Finding(first_path, 0, 0, "CAM007", f"the audited tree defines no {CAM_NAME} dataclass: construction sites are not checked (give --definition FILE, or a PATH holding the definition)", (CAM_NAME,))]
     findings = []
     for number, _, definition in defs.found:

@@ -41,7 +41,10 @@ def build_index(paths: Sequence[str | os.PathLike[str]], config: Config, options
     """Walk `paths` and load every file's facts (the first pass)."""
     found = walk(paths, config.exclude)
     cap = config.max_file_size or options.max_file_size
-    jobs = [(e.path, e.display, e.relpath.endswith("__init__.py"), cap, options.cache_dir) for e in found.files]
+    jobs = [
+        (e.path, e.display, e.relpath.endswith("__init__.py") or e.path == e.root, cap, options.cache_dir)
+        for e in found.files
+    ]
     problems = list(found.problems)
     facts: list[Any] = []
     for _, value in load_many(jobs, options.jobs):

@@ -105,8 +105,8 @@ def read_bytes(path: str, display: str, cap: int) -> bytes | Problem:
     return data
 
 
-def parse_facts(data: bytes, display: str) -> dict[str, Any] | Problem:
-    """Parse `data` and extract its facts, or the named problem."""
+def check_bytes(data: bytes, display: str) -> str | Problem:
+    """The decoded text, or the named problem (a NUL byte; not UTF-8 and no coding line)."""
     if b"\0" in data:
         line = data[: data.index(b"\0")].count(b"\n") + 1
         return Problem(display, line, "nul-byte", "the file holds a NUL byte")
@@ -118,6 +118,14 @@ def parse_facts(data: bytes, display: str) -> dict[str, Any] | Problem:
             line = data[: exc.start].count(b"\n") + 1
             return Problem(display, line, "not-utf8", f"not UTF-8 and no coding declaration: {exc.reason}")
         text = data.decode("latin-1")
+    return text
+
+
+def parse_facts(data: bytes, display: str) -> dict[str, Any] | Problem:
+    """Parse `data` and extract its facts, or the named problem."""
+    text = check_bytes(data, display)
+    if isinstance(text, Problem):
+        return text
     limit = sys.getrecursionlimit()
     try:
         module = ast.parse(data, filename=display)
@@ -141,7 +149,8 @@ def load_one(job: tuple[str, str, bool, int, str | None]) -> tuple[str, Any]:
         return "", data
     digest = hashlib.sha256(data).hexdigest()
     if not full and not any(anchor in data for anchor in ANCHORS):
-        return digest, None
+        checked = check_bytes(data, display)
+        return digest, checked if isinstance(checked, Problem) else None
     cached = _cache_get(cache_dir, digest)
     if cached is not None:
         return digest, cached
