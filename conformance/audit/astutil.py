@@ -137,7 +137,11 @@ def inspected_exprs(test: ast.AST) -> set[str]:
     """The dotted expressions a branch test inspects (see `guards`)."""
     result: set[str] = set()
     for node in ast.walk(test):
-        if isinstance(node, ast.Call) and terminal(node.func) in ("isinstance", "hasattr", "getattr"):
+        if isinstance(node, ast.Call) and terminal(node.func) in (
+            "isinstance",
+            "hasattr",
+            "getattr",
+        ):
             text = dotted(node.args[0]) if node.args else None
             if text:
                 result.add(text)

@@ -40,7 +40,12 @@ def write_baseline(path: str, findings: Sequence[Finding]) -> int:
     folder = os.path.dirname(os.path.abspath(path))
     entries = sorted(
         (
-            {"fingerprint": fingerprint(f, folder), "code": f.code, "path": f.path, "qualname": f.qualname}
+            {
+                "fingerprint": fingerprint(f, folder),
+                "code": f.code,
+                "path": f.path,
+                "qualname": f.qualname,
+            }
             for f in findings
         ),
         key=lambda e: (e["path"], e["code"], e["fingerprint"]),
@@ -60,14 +65,22 @@ def load_baseline(path: str) -> Counter[str]:
         with open(path, encoding="utf-8") as handle:
             document = json.load(handle)
     except FileNotFoundError:
-        raise BaselineError(f"baseline {path}: no such file (write one with --write-baseline)") from None
+        raise BaselineError(
+            f"baseline {path}: no such file (write one with --write-baseline)"
+        ) from None
     except (OSError, ValueError) as exc:
         raise BaselineError(f"baseline {path}: cannot read: {exc}") from None
     if not isinstance(document, dict) or document.get("version") != BASELINE_VERSION:
-        raise BaselineError(f"baseline {path}: expected a version {BASELINE_VERSION} baseline document")
+        raise BaselineError(
+            f"baseline {path}: expected a version {BASELINE_VERSION} baseline document"
+        )
     entries = document.get("findings")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and "fingerprint" in e for e in entries):
-        raise BaselineError(f"baseline {path}: 'findings' must be a list of objects with a fingerprint")
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and "fingerprint" in e for e in entries
+    ):
+        raise BaselineError(
+            f"baseline {path}: 'findings' must be a list of objects with a fingerprint"
+        )
     return Counter(str(e["fingerprint"]) for e in entries)
 
 

@@ -31,20 +31,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--only", choices=AUDITS, help="run one audit")
     add("--select", metavar="CODES", help="comma-separated rule codes or prefixes to report")
     add("--ignore", metavar="CODES", help="comma-separated rule codes or prefixes to drop")
-    add("--per-file-ignores", metavar="GLOB:CODES", action="append", default=[], help="drop CODES in files matching GLOB (repeatable)")
-    add("--severity", metavar="CODE=LEVEL", action="append", default=[], help=f"set a rule's severity ({', '.join(SEVERITIES)}; repeatable)")
+    add(
+        "--per-file-ignores",
+        metavar="GLOB:CODES",
+        action="append",
+        default=[],
+        help="drop CODES in files matching GLOB (repeatable)",
+    )
+    add(
+        "--severity",
+        metavar="CODE=LEVEL",
+        action="append",
+        default=[],
+        help=f"set a rule's severity ({', '.join(SEVERITIES)}; repeatable)",
+    )
     add("--fail-on", choices=SEVERITIES, help="least severe level that exits 1 (default error)")
-    add("--exclude", metavar="GLOB", action="append", default=[], help="skip matching files and folders (repeatable)")
-    add("--config", metavar="FILE", help="pyproject.toml to read [tool.mla-conformance.audit] from (default: the nearest one above the first PATH)")
+    add(
+        "--exclude",
+        metavar="GLOB",
+        action="append",
+        default=[],
+        help="skip matching files and folders (repeatable)",
+    )
+    add(
+        "--config",
+        metavar="FILE",
+        help="pyproject.toml to read [tool.mla-conformance.audit] from "
+        "(default: the nearest one above the first PATH)",
+    )
     add("--no-config", action="store_true", help="read no pyproject.toml")
     add("--baseline", metavar="FILE", help="report only findings this baseline does not list")
-    add("--write-baseline", metavar="FILE", help="write every finding to FILE as the baseline; exit 0 unless problems")
-    add("--protocol", metavar="FILE", help="judge every layer stub against this protocol file instead of the tree's builders")
-    add("--definition", metavar="FILE", help="a .py file holding the CommonAttentionMetadata dataclass, for trees without one")
-    add("--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per core, at most 8)")
+    add(
+        "--write-baseline",
+        metavar="FILE",
+        help="write every finding to FILE as the baseline; exit 0 unless problems",
+    )
+    add(
+        "--protocol",
+        metavar="FILE",
+        help="judge every layer stub against this protocol file instead of the tree's builders",
+    )
+    add(
+        "--definition",
+        metavar="FILE",
+        help="a .py file holding the CommonAttentionMetadata dataclass, for trees without one",
+    )
+    add(
+        "--jobs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="worker processes (default: one per core, at most 8)",
+    )
     add("--cache-dir", metavar="DIR", help=f"facts cache folder (default {default_cache_dir()})")
     add("--no-cache", action="store_true", help="neither read nor write the cache")
-    add("--max-file-size", type=int, metavar="BYTES", help="skip (as a problem) files larger than this")
+    add(
+        "--max-file-size",
+        type=int,
+        metavar="BYTES",
+        help="skip (as a problem) files larger than this",
+    )
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -81,7 +127,11 @@ def main(args: argparse.Namespace) -> int:
     """Run the audit `args` describe; print the report; return the exit status."""
     only = getattr(args, "only", None)
     fmt = "json" if getattr(args, "json", False) else getattr(args, "format", "text")
-    cache = None if getattr(args, "no_cache", False) else (getattr(args, "cache_dir", None) or default_cache_dir())
+    cache = (
+        None
+        if getattr(args, "no_cache", False)
+        else (getattr(args, "cache_dir", None) or default_cache_dir())
+    )
     writing = getattr(args, "write_baseline", None)
     try:
         config = _config(args)
@@ -100,7 +150,9 @@ def main(args: argparse.Namespace) -> int:
     if writing:
         count = write_baseline(writing, report.findings)
         print(report.to_text() if fmt == "text" else "", end="")
-        print(f"audit: wrote {count} finding(s) to the baseline {os.fspath(writing)}", file=sys.stderr)
+        print(
+            f"audit: wrote {count} finding(s) to the baseline {os.fspath(writing)}", file=sys.stderr
+        )
         return 2 if report.problems else 0
     if fmt == "json":
         print(report.to_json())
@@ -118,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The stand-alone parser of ``python -m conformance.audit.cli``."""
     parser = argparse.ArgumentParser(
         prog="python -m conformance audit",
-        description="Static audit of a source tree: CommonAttentionMetadata construction sites and layer stubs.",
+        description="Static audit of a source tree: CommonAttentionMetadata construction "
+        "sites and layer stubs.",
     )
     add_arguments(parser)
     return parser

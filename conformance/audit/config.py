@@ -25,7 +25,16 @@ except ModuleNotFoundError:  # Python 3.10: no TOML reader in the standard libra
 
 TABLE = ("tool", "mla-conformance", "audit")
 _KEYS = frozenset(
-    {"select", "ignore", "per-file-ignores", "severity", "fail-on", "exclude", "max-file-size", "baseline"}
+    {
+        "select",
+        "ignore",
+        "per-file-ignores",
+        "severity",
+        "fail-on",
+        "exclude",
+        "max-file-size",
+        "baseline",
+    }
 )
 
 
@@ -81,8 +90,12 @@ def _matches(code: str, selector: str) -> bool:
 
 
 def _wins(code: str, select: Sequence[str], ignore: Sequence[str]) -> bool:
-    best_select = max((len(s) if s != "ALL" else 0 for s in select if _matches(code, s)), default=-1)
-    best_ignore = max((len(s) if s != "ALL" else 0 for s in ignore if _matches(code, s)), default=-1)
+    best_select = max(
+        (len(s) if s != "ALL" else 0 for s in select if _matches(code, s)), default=-1
+    )
+    best_ignore = max(
+        (len(s) if s != "ALL" else 0 for s in ignore if _matches(code, s)), default=-1
+    )
     return best_select >= 0 and best_select > best_ignore
 
 
@@ -161,7 +174,9 @@ def merge(config: Config, table: Mapping[str, Any], where: str) -> Config:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where} per-file-ignores: expected a table of glob = [codes]")
         merged = dict(config.per_file_ignores)
-        merged.update({str(k): _selectors(v, f"{where} per-file-ignores {k!r}") for k, v in value.items()})
+        merged.update(
+            {str(k): _selectors(v, f"{where} per-file-ignores {k!r}") for k, v in value.items()}
+        )
         changes["per_file_ignores"] = merged
     if "severity" in table:
         value = table["severity"]
@@ -170,7 +185,10 @@ def merge(config: Config, table: Mapping[str, Any], where: str) -> Config:
         levels = dict(config.severity)
         for code, level in value.items():
             if code not in RULES or level not in SEVERITIES:
-                raise ConfigError(f"{where} severity: {code} = {level!r}: expected a rule code and one of {list(SEVERITIES)}")
+                raise ConfigError(
+                    f"{where} severity: {code} = {level!r}: expected a rule code and one "
+                    f"of {list(SEVERITIES)}"
+                )
             levels[code] = level
         changes["severity"] = levels
     if "fail-on" in table:

@@ -72,7 +72,7 @@ class Definitions:
         core = [f for f in self.found if not index.entries[f[0]].is_support]
         self.primary = override or ((core or self.found)[0][2] if self.found else None)
 
-    def for_callee(self, module: str, callee: str) -> CamDefinition | None | bool:
+    def for_callee(self, module: str, callee: str) -> CamDefinition | bool | None:
         """The definition a callee resolves to; False when it is not a site at all."""
         target = self.index.resolve_dotted(module, callee)
         if target is None:
@@ -93,16 +93,17 @@ def consumers(index: Index) -> dict[str, list[str]]:
     table: dict[str, list[str]] = {}
     for number, facts in index.loaded():
         for module in index.names_of[number][:1]:
-            for name in facts["classes"]:
-                needs = index.by_method(Target("class", module, name), "cam")
-                if needs:
-                    table[f"{module}.{name}"] = sorted({f for v in needs.values() for f in v})
+            for name, info in facts["classes"].items():
+                if info["cam"]:  # inherited needs are their base's, listed under the base
+                    table[f"{module}.{name}"] = sorted({f for v in info["cam"].values() for f in v})
             for name, info in facts["functions"].items():
                 table[f"{module}.{name}"] = info["cam"]
     return table
 
 
-def iter_sites(index: Index, defs: Definitions) -> Iterator[tuple[int, dict, CamDefinition, ConstructionSite]]:
+def iter_sites(
+    index: Index, defs: Definitions
+) -> Iterator[tuple[int, dict, CamDefinition, ConstructionSite]]:
     """Every construction site with the definition it is bound to."""
     for number, facts in index.loaded():
         module = (index.names_of[number] or [""])[0]
@@ -112,11 +113,19 @@ def iter_sites(index: Index, defs: Definitions) -> Iterator[tuple[int, dict, Cam
             if definition is False or definition is None:
                 continue
             ignored = frozenset(
-                c for line in range(raw["line"], raw["end"] + 1) for c in facts["noqa"].get(str(line), [])
+                c
+                for line in range(raw["line"], raw["end"] + 1)
+                for c in facts["noqa"].get(str(line), [])
             )
             site = ConstructionSite(
-                entry.display, entry.relpath, raw["line"], raw["col"], raw["end"], raw["q"],
-                ignored=ignored, **_bind(raw, definition),  # type: ignore[arg-type]
+                entry.display,
+                entry.relpath,
+                raw["line"],
+                raw["col"],
+                raw["end"],
+                raw["q"],
+                ignored=ignored,
+                **_bind(raw, definition),  # type: ignore[arg-type]
             )
             yield number, raw, definition, site
 
@@ -125,11 +134,13 @@ def audit_sites(index: Index, defs: Definitions) -> list[Finding]:
     """The findings of every construction site (noqa is applied by the caller)."""
     every = consumers(index)
     findings: list[Finding] = []
-    for number, raw, definition, site in iter_sites(index, defs):
+    for number, _, definition, site in iter_sites(index, defs):
         facts = index.facts(number)
         module = (index.names_of[number] or [""])[0]
         refs = facts["refs"].get(site.qualname, [])
-        reached = index.reached(module, refs, "cam") or index.reached(module, facts["refs"].get("<file>", []), "cam")
+        reached = index.reached(module, refs, "cam") or index.reached(
+            module, facts["refs"].get("<file>", []), "cam"
+        )
         table = {f"{t.module}.{t.name}": _needs(index, t) for t in reached} if reached else every
         findings += check_site(site, definition, table, index.entries[number])
     return findings
@@ -139,7 +150,9 @@ def _needs(index: Index, target: Target) -> list[str]:
     return sorted({f for v in index.by_method(target, "cam").values() for f in v})
 
 
-def check_site(site: ConstructionSite, definition: CamDefinition, table: dict[str, list[str]], entry: Any) -> list[Finding]:
+def check_site(
+    site: ConstructionSite, definition: CamDefinition, table: dict[str, list[str]], entry: Any
+) -> list[Finding]:
     """The findings of one site, given the consumers it reaches and what they need."""
     where = f"{CAM_NAME}(...) in {site.qualname}"
     given = set(site.passed)
@@ -151,34 +164,76 @@ def check_site(site: ConstructionSite, definition: CamDefinition, table: dict[st
     findings: list[Finding] = []
 
     def add(code: str, message: str, names: list[str]) -> None:
-        findings.append(Finding(site.path, site.line, site.col, code, f"{where} {message}", tuple(names), site.qualname, file=entry.path, relpath=entry.relpath, span=(site.line, site.end_line)))
+        findings.append(
+            Finding(
+                site.path,
+                site.line,
+                site.col,
+                code,
+                f"{where} {message}",
+                tuple(names),
+                site.qualname,
+                file=entry.path,
+                relpath=entry.relpath,
+                span=(site.line, site.end_line),
+            )
+        )
 
     absent_required = [n for n in definition.fields if n in definition.required and n not in given]
     absent_needed = [n for n in definition.fields if n in by_field and n not in given]
     if site.unpacked and (absent_required or absent_needed):
         hidden = [*absent_required, *absent_needed]
-        add("CAM003", f"unpacks *args/**kwargs, so the audit cannot verify that it passes {join_names(hidden)} (definition at {definition.source})", hidden)
+        add(
+            "CAM003",
+            f"unpacks *args/**kwargs, so the audit cannot verify that it passes "
+            f"{join_names(hidden)} (definition at {definition.source})",
+            hidden,
+        )
         absent_required, absent_needed = [], []
     parts = []
     if absent_required:
-        parts.append("leaves out " + join_names(f"{n} (required: no default)" for n in absent_required))
+        parts.append(
+            "leaves out " + join_names(f"{n} (required: no default)" for n in absent_required)
+        )
     if absent_needed:
-        parts.append("leaves out " + join_names(f"{n} (read by {by_field[n]})" for n in absent_needed))
+        parts.append(
+            "leaves out " + join_names(f"{n} (read by {by_field[n]})" for n in absent_needed)
+        )
     nones = [n for n in site.passed_none if n in by_field]
     if nones and not entry.is_support:
         parts.append("passes None for " + join_names(f"{n} (read by {by_field[n]})" for n in nones))
     if parts:
-        add("CAM001", " and ".join(parts) + f" (definition at {definition.source})", [*absent_required, *absent_needed, *(nones if not entry.is_support else [])])
+        add(
+            "CAM001",
+            " and ".join(parts) + f" (definition at {definition.source})",
+            [*absent_required, *absent_needed, *(nones if not entry.is_support else [])],
+        )
     if nones and entry.is_support:
-        add("CAM006", f"passes None on purpose for {join_names(f'{n} (read by {by_field[n]})' for n in nones)}", nones)
+        add(
+            "CAM006",
+            "passes None on purpose for "
+            + join_names(f"{n} (read by {by_field[n]})" for n in nones),
+            nones,
+        )
     deprecated = [n for n in dict.fromkeys(site.passed) if n in definition.deprecated]
     if deprecated:
         hints = "; ".join(f"{n}: {definition.deprecated[n]}" for n in deprecated)
         add("CAM002", f"passes deprecated {join_names(deprecated)} ({hints})", deprecated)
     if site.unknown:
-        add("CAM004", f"passes {join_names(site.unknown)}, not a field of the definition at {definition.source}", list(site.unknown))
+        add(
+            "CAM004",
+            f"passes {join_names(site.unknown)}, not a field of the definition at "
+            f"{definition.source}",
+            list(site.unknown),
+        )
     if site.extra_positional:
-        add("CAM004", f"passes {site.extra_positional} positional argument(s) beyond the {len(definition.positional)} positional fields of the definition at {definition.source}", [])
+        add(
+            "CAM004",
+            f"passes {site.extra_positional} positional argument(s) beyond the "
+            f"{len(definition.positional)} positional fields of the definition at "
+            f"{definition.source}",
+            [],
+        )
     return findings
 
 
@@ -187,18 +242,42 @@ def definition_findings(index: Index, defs: Definitions, first_path: str) -> lis
     if defs.primary is None:
         if not any(facts["sites"] for _, facts in index.loaded()):
             return []
-        return [Finding(first_path, 0, 0, "CAM007", f"the audited tree defines no {CAM_NAME} dataclass: construction sites are not checked (give --definition FILE, or a PATH holding the definition)", (CAM_NAME,))]
+        return [
+            Finding(
+                first_path,
+                0,
+                0,
+                "CAM007",
+                f"the audited tree defines no {CAM_NAME} dataclass: construction sites are "
+                "not checked (give --definition FILE, or a PATH holding the definition)",
+                (CAM_NAME,),
+            )
+        ]
     findings = []
     for number, _, definition in defs.found:
         if definition is defs.primary:
             continue
         entry = index.entries[number]
         line = int(definition.source.rsplit(":", 1)[1])
-        findings.append(Finding(entry.display, line, 0, "CAM005", f"another {CAM_NAME} dataclass; sites that resolve to it are checked against it, the others against {defs.primary.source}", (CAM_NAME,), file=entry.path, relpath=entry.relpath))
+        findings.append(
+            Finding(
+                entry.display,
+                line,
+                0,
+                "CAM005",
+                f"another {CAM_NAME} dataclass; sites that resolve to it are checked against "
+                f"it, the others against {defs.primary.source}",
+                (CAM_NAME,),
+                file=entry.path,
+                relpath=entry.relpath,
+            )
+        )
     return findings
 
 
-def find_construction_sites(root: Any, *, exclude: Any = (), strict: bool = True) -> list[ConstructionSite]:
+def find_construction_sites(
+    root: Any, *, exclude: Any = (), strict: bool = True
+) -> list[ConstructionSite]:
     """Every construction site under `root` (a path or several), bound to its definition.
 
     With `strict`, a tree with named problems raises `TreeParseError`.

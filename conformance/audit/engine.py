@@ -37,12 +37,20 @@ def load_definition_file(path: str) -> CamDefinition:
     return CamDefinition.from_facts(raw, f"{path}:{raw['line']}")
 
 
-def build_index(paths: Sequence[str | os.PathLike[str]], config: Config, options: Options) -> tuple[Index, list[Problem]]:
+def build_index(
+    paths: Sequence[str | os.PathLike[str]], config: Config, options: Options
+) -> tuple[Index, list[Problem]]:
     """Walk `paths` and load every file's facts (the first pass)."""
     found = walk(paths, config.exclude)
     cap = config.max_file_size or options.max_file_size
     jobs = [
-        (e.path, e.display, e.relpath.endswith("__init__.py") or e.path == e.root, cap, options.cache_dir)
+        (
+            e.path,
+            e.display,
+            e.relpath.endswith("__init__.py") or e.path == e.root,
+            cap,
+            options.cache_dir,
+        )
         for e in found.files
     ]
     problems = list(found.problems)

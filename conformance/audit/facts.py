@@ -44,7 +44,9 @@ def suppressions(text: str) -> dict[str, list[str]]:
 
 def extract(module: ast.Module, text: str) -> dict[str, Any]:
     """The facts of one parsed module (see the module docstring)."""
-    imports, stars = _imports(module)
+    scopes = list(iter_scopes(module))
+    every = [node for scope in scopes for node in scope.nodes]
+    imports, stars = _imports(every)
     facts: dict[str, Any] = {
         "v": FACTS_VERSION,
         "imports": imports,
@@ -67,16 +69,25 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
     wants_cam = usage.CAM_NAME in text or "common_attn_metadata" in text
     wants_layers = usage.CONTEXT in text or usage.TYPED_LOOKUP in text
     wants_standins = "__new__" in text
-    for scope in iter_scopes(module):
+    by_name = {scope.qualname: scope for scope in scopes}
+    for scope in scopes:
         if scope.kind == "class":
-            facts["classes"][scope.qualname] = _class_facts(scope.node, wants_layers, wants_cam)  # type: ignore[arg-type]
+            facts["classes"][scope.qualname] = _class_facts(
+                scope.node,
+                scope.qualname,
+                by_name,
+                wants_layers,
+                wants_cam,  # type: ignore[arg-type]
+            )
             if scope.node.name == usage.CAM_NAME:  # type: ignore[attr-defined]
                 definition = definition_facts(scope.node)  # type: ignore[arg-type]
                 if definition is not None:
                     facts["cam_defs"].append(definition)
             continue
-        if scope.kind == "function" and wants_cam and "." not in scope.qualname.replace(
-            ".<locals>.", ""
+        if (
+            scope.kind == "function"
+            and wants_cam
+            and "." not in scope.qualname.replace(".<locals>.", "")
         ):
             needs = usage.consumer_needs(scope.node)  # type: ignore[arg-type]
             if needs is not None:
@@ -86,7 +97,7 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
             sites = usage.cam_sites(scope, cam_names)
             facts["sites"] += sites
             found = found or bool(sites)
-        if wants_layers or wants_standins:
+        if (wants_layers or wants_standins) and usage.may_hold_stubs(scope):
             stores, standins = usage.stubs_in_scope(scope, ns_names)
             facts["stores"] += stores
             facts["standins"] += standins
@@ -95,7 +106,7 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
             facts["refs"][scope.qualname] = usage.scope_refs(scope)
     if facts["sites"] or facts["stores"]:
         facts["refs"]["<file>"] = sorted(
-            {r for node in ast.walk(module) for r in [dotted(node)] if r and _refable(node)}
+            {r for node in every if _refable(node) for r in [dotted(node)] if r}
         )
     return facts
 
@@ -104,10 +115,10 @@ def _refable(node: ast.AST) -> bool:
     return isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
 
 
-def _imports(module: ast.Module) -> tuple[dict[str, list[Any]], list[list[Any]]]:
+def _imports(nodes: list[ast.AST]) -> tuple[dict[str, list[Any]], list[list[Any]]]:
     table: dict[str, list[Any]] = {}
     stars: list[list[Any]] = []
-    for node in ast.walk(module):
+    for node in nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
@@ -135,7 +146,9 @@ def _aliases(module: ast.Module) -> dict[str, str]:
     return found
 
 
-def _class_facts(node: ast.ClassDef, wants_layers: bool, wants_cam: bool) -> dict[str, Any]:
+def _class_facts(
+    node: ast.ClassDef, qualname: str, scopes: dict, wants_layers: bool, wants_cam: bool
+) -> dict[str, Any]:
     cattrs: set[str] = set()
     iattrs: set[str] = set()
     members: dict[str, str] = {}
@@ -150,13 +163,14 @@ def _class_facts(node: ast.ClassDef, wants_layers: bool, wants_cam: bool) -> dic
             dynamic = dynamic or stmt.name in ("__getattr__", "__getattribute__")
             params = [*stmt.args.posonlyargs, *stmt.args.args]
             self_name = params[0].arg if params else None
-            info = usage.self_usage(stmt, self_name)
+            method_scope = scopes.get(f"{qualname}.{stmt.name}")
+            info = usage.self_usage(method_scope.nodes if method_scope else [], self_name)
             iattrs |= set(info.pop("sets"))
             dynamic = dynamic or info.pop("dynamic")
+            refs = info.pop("returns")
             methods[stmt.name] = info
-            refs = [dotted(r.value) for r in ast.walk(stmt) if isinstance(r, ast.Return)]
-            if any(refs):
-                returns[stmt.name] = [r for r in refs if r]
+            if refs:
+                returns[stmt.name] = refs
             if wants_layers:
                 reads = usage.layer_reads(stmt)
                 if reads is not None:

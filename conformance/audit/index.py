@@ -41,7 +41,9 @@ class Target:
 class Index:
     """The modules of one audit and their facts (extracted lazily when not anchored)."""
 
-    def __init__(self, entries: list[FileEntry], facts: list[Any], cap: int, cache_dir: str | None) -> None:
+    def __init__(
+        self, entries: list[FileEntry], facts: list[Any], cap: int, cache_dir: str | None
+    ) -> None:
         self.entries = entries
         self._facts: list[Any] = facts
         self._cap = cap
@@ -56,6 +58,7 @@ class Index:
             for name in names:
                 self.modules.setdefault(name, number)
         self._memo: dict[tuple[str, str], Target | None] = {}
+        self._methods: dict[tuple[str, str], dict[str, Any]] = {}
 
     def facts(self, number: int) -> dict[str, Any]:
         """The facts of file `number`, extracted now if they were left for later."""
@@ -181,7 +184,9 @@ class Index:
             return []
         return [(b, self.resolve_dotted(target.module, b) if b else None) for b in info["bases"]]
 
-    def is_subclass(self, target: Target, base_name: str, seen: frozenset[str] = frozenset()) -> bool:
+    def is_subclass(
+        self, target: Target, base_name: str, seen: frozenset[str] = frozenset()
+    ) -> bool:
         """Whether `target` has a base whose last name is `base_name` (through tree bases)."""
         if target.key in seen or len(seen) > _DEPTH:
             return False
@@ -204,6 +209,9 @@ class Index:
             current = stack.pop()
             if current.key in seen:
                 continue
+            if len(seen) > 4 * _DEPTH:
+                unknown = unknown or "the inheritance chain is too deep to follow"
+                break
             seen.add(current.key)
             info = self.class_facts(current)
             if info is None:
@@ -221,11 +229,16 @@ class Index:
                     unknown = unknown or f"base {written} is not in the audited tree"
         return attrs, unknown
 
-    def by_method(self, target: Target, table: str, seen: frozenset[str] = frozenset()) -> dict[str, Any]:
+    def by_method(
+        self, target: Target, table: str, seen: frozenset[str] = frozenset()
+    ) -> dict[str, Any]:
         """Method → facts of `table` (``layer`` reads or ``cam`` needs), inherited from tree
         bases for methods the class does not override (or overrides calling ``super()``)."""
+        memo = (target.key, table)
+        if memo in self._methods:
+            return self._methods[memo]
         info = self.class_facts(target)
-        if info is None or target.key in seen:
+        if info is None or target.key in seen or len(seen) > _DEPTH:
             return {}
         result = dict(info[table])
         for _, resolved in self.bases(target):
@@ -237,6 +250,7 @@ class Index:
                     result.setdefault(name, value)
                 elif name in own["super"]:
                     result[name] = [*result.get(name, []), *value]
+        self._methods[memo] = result
         return result
 
     def method_self(self, target: Target, name: str) -> tuple[dict[str, Any] | None, Target | None]:

@@ -116,7 +116,9 @@ def check_bytes(data: bytes, display: str) -> str | Problem:
         head = data[:200].split(b"\n", 2)[:2]
         if not any(b"coding" in h for h in head):
             line = data[: exc.start].count(b"\n") + 1
-            return Problem(display, line, "not-utf8", f"not UTF-8 and no coding declaration: {exc.reason}")
+            return Problem(
+                display, line, "not-utf8", f"not UTF-8 and no coding declaration: {exc.reason}"
+            )
         text = data.decode("latin-1")
     return text
 
@@ -160,7 +162,9 @@ def load_one(job: tuple[str, str, bool, int, str | None]) -> tuple[str, Any]:
     return digest, facts
 
 
-def load_many(jobs: list[tuple[str, str, bool, int, str | None]], workers: int) -> list[tuple[str, Any]]:
+def load_many(
+    jobs: list[tuple[str, str, bool, int, str | None]], workers: int
+) -> list[tuple[str, Any]]:
     """`load_one` over `jobs`, in `workers` processes when worth it."""
     if workers == 0:
         workers = min(os.cpu_count() or 1, 8)

@@ -93,7 +93,9 @@ class AuditReport:
             "files_audited": self.files_audited,
             "known": self.known,
             "suppressed": self.suppressed,
-            "findings": [{**f.to_json(), "fingerprint": fingerprint(f, here)} for f in self.sorted_findings()],
+            "findings": [
+                {**f.to_json(), "fingerprint": fingerprint(f, here)} for f in self.sorted_findings()
+            ],
             "problems": [p.to_json() for p in self._sorted_problems()],
             **self.context,
         }

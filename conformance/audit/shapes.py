@@ -74,7 +74,9 @@ class _Facts:
         if depth > _DEPTH:
             return None
         if isinstance(expr, ast.Dict):
-            return self._mapping("dict literal", expr, list(zip(expr.keys, expr.values, strict=True)), [], depth)
+            return self._mapping(
+                "dict literal", expr, list(zip(expr.keys, expr.values, strict=True)), [], depth
+            )
         if isinstance(expr, ast.Name):
             bound = self.binding(expr.id, line)
             if bound is None:
@@ -125,7 +127,9 @@ class _Facts:
                 shape["values"][text] = inner
         for spread in spreads:
             if isinstance(spread, ast.Dict):
-                inner = self._mapping(label, node, list(zip(spread.keys, spread.values, strict=True)), [], depth)
+                inner = self._mapping(
+                    label, node, list(zip(spread.keys, spread.values, strict=True)), [], depth
+                )
                 shape["attrs"] += inner["attrs"]
                 shape["values"].update(inner["values"])
                 shape["unpacked"] = shape["unpacked"] or inner["unpacked"]
@@ -220,9 +224,7 @@ def stubs_in_scope(scope: Scope, ns_names: set[str]) -> tuple[list[dict], list[d
         cls = standin_class(node)
         if cls is None:
             continue
-        var = next(
-            (n for n, bs in facts.bindings.items() for _, v in bs if v is node), None
-        )
+        var = next((n for n, bs in facts.bindings.items() for _, v in bs if v is node), None)
         standins.append(_standin(node, cls, var, scope, facts))
     return stores, standins
 
@@ -239,7 +241,11 @@ def _standin(node: ast.Call, cls: str, var: str | None, scope: Scope, facts: _Fa
             if func.attr == "__init__" and other.args and dotted(other.args[0]) == var:
                 record["init"] = True
             elif dotted(func.value) == var:
-                (record.__setitem__("init", True) if func.attr == "__init__" else record["calls"].append(func.attr))
+                (
+                    record.__setitem__("init", True)
+                    if func.attr == "__init__"
+                    else record["calls"].append(func.attr)
+                )
         elif (
             isinstance(other, ast.Attribute)
             and isinstance(other.ctx, ast.Load)

@@ -71,13 +71,33 @@ class StubJudge:
                 findings += self._standin(number, module, standin)
         return findings
 
-    def _finding(self, number: int, shape: dict, code: str, message: str, names: list[str]) -> Finding:
+    def _finding(
+        self, number: int, shape: dict, code: str, message: str, names: list[str]
+    ) -> Finding:
         entry = self.index.entries[number]
-        lines = [shape["line"], shape["end"], shape.get("store") or shape["line"], shape.get("store_end") or 0]
+        lines = [
+            shape["line"],
+            shape["end"],
+            shape.get("store") or shape["line"],
+            shape.get("store_end") or 0,
+        ]
         span = (min(x for x in lines if x), max(lines))
-        return Finding(entry.display, shape["line"], shape["col"], code, message, tuple(names), shape["q"], file=entry.path, relpath=entry.relpath, span=span)
+        return Finding(
+            entry.display,
+            shape["line"],
+            shape["col"],
+            code,
+            message,
+            tuple(names),
+            shape["q"],
+            file=entry.path,
+            relpath=entry.relpath,
+            span=span,
+        )
 
-    def _classify(self, number: int, module: str, shape: dict) -> tuple[Target | None, set[str], str | None] | None:
+    def _classify(
+        self, number: int, module: str, shape: dict
+    ) -> tuple[Target | None, set[str], str | None] | None:
         """(class, attributes, why unknown) of a layer stub; None when not a stub."""
         if shape["kind"] == "mapping":
             return None, set(shape["attrs"]), None
@@ -94,7 +114,9 @@ class StubJudge:
         attrs, unknown = self.index.attributes(target, instance=instance)
         return target, attrs | set(shape["attrs"]), unknown
 
-    def _requirements(self, number: int, module: str, facts: dict, shape: dict, target: Target | None) -> tuple[set[str], list[str]] | None:
+    def _requirements(
+        self, number: int, module: str, facts: dict, shape: dict, target: Target | None
+    ) -> tuple[set[str], list[str]] | None:
         if self.protocol is not None:
             return set(self.protocol.attributes), [self.protocol.source]
         builders = self.index.reached(module, facts["refs"].get(shape["q"], []), "layer")
@@ -105,7 +127,10 @@ class StubJudge:
         for builder in builders:
             for reads in self.index.by_method(builder, "layer").values():
                 for path, kind in reads:
-                    if kind is None or (target is not None and self.index.is_subclass(target, kind.rsplit(".", 1)[-1])):
+                    if kind is None or (
+                        target is not None
+                        and self.index.is_subclass(target, kind.rsplit(".", 1)[-1])
+                    ):
                         paths.add(path)
         return paths, [b.name for b in builders]
 
@@ -129,12 +154,38 @@ class StubJudge:
         if unknown is None:
             missing = _missing({**shape, "attrs": attrs}, _tree(paths))
             if missing and shape["unpacked"]:
-                findings.append(self._finding(number, shape, "STUB002", f"{where} is built with **mapping, so the audit cannot verify that it has {join_names(missing)} {against}", missing))
+                findings.append(
+                    self._finding(
+                        number,
+                        shape,
+                        "STUB002",
+                        f"{where} is built with **mapping, so the audit cannot verify that "
+                        f"it has {join_names(missing)} {against}",
+                        missing,
+                    )
+                )
             elif missing:
                 note = " (__init__ never runs)" if shape["kind"] == "standin" else ""
-                findings.append(self._finding(number, shape, "STUB001", f"{where} lacks {join_names(missing)}{note} {against}", missing))
+                findings.append(
+                    self._finding(
+                        number,
+                        shape,
+                        "STUB001",
+                        f"{where} lacks {join_names(missing)}{note} {against}",
+                        missing,
+                    )
+                )
         if unknown is None and (target is None or not self.index.is_subclass(target, LAYER_BASE)):
-            findings.append(self._finding(number, shape, "STUB003", f"{where} is not an {LAYER_BASE} subclass: type-filtered layer lookups (get_layers_from_vllm_config) skip it silently", [LAYER_BASE]))
+            findings.append(
+                self._finding(
+                    number,
+                    shape,
+                    "STUB003",
+                    f"{where} is not an {LAYER_BASE} subclass: type-filtered layer lookups "
+                    "(get_layers_from_vllm_config) skip it silently",
+                    [LAYER_BASE],
+                )
+            )
         return findings
 
     def _standin(self, number: int, module: str, shape: dict) -> list[Finding]:
@@ -163,11 +214,16 @@ class StubJudge:
         if not missing:
             return []
         calls = f" before calling {join_names(shape['calls'])}" if shape["calls"] else ""
-        message = f"stand-in {shape['label']} in {shape['q']} lacks {join_names(missing)}{calls} (__init__ never runs; {target.name}'s methods set them)"
+        message = (
+            f"stand-in {shape['label']} in {shape['q']} lacks {join_names(missing)}{calls} "
+            f"(__init__ never runs; {target.name}'s methods set them)"
+        )
         return [self._finding(number, shape, "STUB004", message, missing)]
 
 
-def audit_stubs(root: Any, protocol: LayerProtocol | None = None, *, exclude: Any = ()) -> list[Finding]:
+def audit_stubs(
+    root: Any, protocol: LayerProtocol | None = None, *, exclude: Any = ()
+) -> list[Finding]:
     """The stub findings (all severities, noqa applied) under `root`; with `protocol`,
     every layer stub is judged against it."""
     from conformance.audit.engine import run_audit

@@ -132,8 +132,7 @@ def check_path(given: str) -> os.stat_result:
     if stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode):
         return info
     raise AuditPathError(
-        f"audit PATH {given!r}: {_kind(info.st_mode)}, not a directory or .py file "
-        "(never opened)"
+        f"audit PATH {given!r}: {_kind(info.st_mode)}, not a directory or .py file (never opened)"
     )
 
 
@@ -211,7 +210,9 @@ def _walk_dir(
             key = (info.st_dev, info.st_ino)
             if not stat.S_ISREG(info.st_mode):
                 result.problems.append(
-                    Problem(child_display, 0, "not-a-regular-file", f"{_kind(info.st_mode)}; not opened")
+                    Problem(
+                        child_display, 0, "not-a-regular-file", f"{_kind(info.st_mode)}; not opened"
+                    )
                 )
             elif key not in seen:
                 seen.add(key)

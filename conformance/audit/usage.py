@@ -20,7 +20,14 @@ from typing import Any
 from conformance.audit.astutil import Scope, dotted, guards, parents, terminal
 from conformance.audit.shapes import stubs_in_scope
 
-__all__ = ["cam_sites", "consumer_needs", "layer_reads", "scope_refs", "self_usage", "stubs_in_scope"]
+__all__ = [
+    "cam_sites",
+    "consumer_needs",
+    "layer_reads",
+    "scope_refs",
+    "self_usage",
+    "stubs_in_scope",
+]
 
 CAM_NAME = "CommonAttentionMetadata"
 CONTEXT = "static_forward_context"
@@ -48,7 +55,9 @@ def layer_reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list[Any]]
                     ctx_names.add(target.id)
                 elif isinstance(value, ast.Call) and terminal(value.func) == TYPED_LOOKUP:
                     kind = value.args[1] if len(value.args) > 1 else None
-                    kind = kind or next((k.value for k in value.keywords if k.arg == "layer_type"), None)
+                    kind = kind or next(
+                        (k.value for k in value.keywords if k.arg == "layer_type"), None
+                    )
                     typed[target.id] = dotted(kind) or "?"
     touched = False
     for node in nodes:
@@ -164,57 +173,70 @@ def _dereferenced(node: ast.AST, up: dict[int, ast.AST]) -> bool:
         return True
     if isinstance(parent, ast.BinOp):
         return True
-    if isinstance(parent, ast.Call) and terminal(parent.func) in ("len", "int", "max", "min", "sum"):
+    if isinstance(parent, ast.Call) and terminal(parent.func) in (
+        "len",
+        "int",
+        "max",
+        "min",
+        "sum",
+    ):
         return node in parent.args
     if isinstance(parent, ast.Compare) and isinstance(up.get(id(parent)), ast.Assert):
         return any(isinstance(op, ast.IsNot) for op in parent.ops)
     return False
 
 
-def self_usage(func: ast.FunctionDef | ast.AsyncFunctionDef, self_name: str | None) -> dict[str, Any]:
-    """What `func` sets on, reads from and calls on its first parameter."""
+def self_usage(nodes: list[ast.AST], self_name: str | None) -> dict[str, Any]:
+    """What a method (its scope's `nodes`) sets on, reads from and calls on its first
+    parameter, and the dotted names it returns."""
     sets: set[str] = set()
     reads: set[str] = set()
     calls: set[str] = set()
-    dynamic = False
     supers: set[str] = set()
-    if self_name is None:
-        return {"sets": [], "reads": [], "calls": [], "super": [], "dynamic": False}
-    up = parents(func)
-    for node in ast.walk(func):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            if node.value.id != self_name:
-                continue
-            if isinstance(node.ctx, ast.Store):
-                sets.add(node.attr)
-                continue
-            parent = up.get(id(node))
-            if isinstance(parent, ast.Call) and parent.func is node:
-                calls.add(node.attr)
-            else:
-                reads.add(node.attr)
-        elif isinstance(node, ast.Call):
-            name = terminal(node.func)
-            if name == "setattr" and node.args and dotted(node.args[0]) == self_name:
-                key = node.args[1] if len(node.args) > 1 else None
-                if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    sets.add(key.value)
+    returns: list[str] = []
+    dynamic = False
+    called: set[int] = set()
+    for node in nodes:
+        if isinstance(node, ast.Call):
+            called.add(id(node.func))
+            func_node = node.func
+            if isinstance(func_node, ast.Name) and func_node.id == "setattr" and node.args:
+                if isinstance(node.args[0], ast.Name) and node.args[0].id == self_name:
+                    key = node.args[1] if len(node.args) > 1 else None
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        sets.add(key.value)
+                    else:
+                        dynamic = True
+            elif isinstance(func_node, ast.Attribute):
+                owner = func_node.value
+                if (
+                    isinstance(owner, ast.Call)
+                    and isinstance(owner.func, ast.Name)
+                    and owner.func.id == "super"
+                ):
+                    supers.add(func_node.attr)
+                elif isinstance(owner, ast.Attribute) and owner.attr == "__dict__":
+                    dynamic = dynamic or dotted(owner.value) == self_name
+        elif isinstance(node, ast.Attribute):
+            value = node.value
+            if isinstance(value, ast.Name) and value.id == self_name:
+                if isinstance(node.ctx, ast.Store):
+                    sets.add(node.attr)
+                elif id(node) in called:
+                    calls.add(node.attr)
                 else:
-                    dynamic = True
-            elif isinstance(node.func, ast.Attribute) and dotted(node.func.value) == f"{self_name}.__dict__":
-                dynamic = True
-            elif (
-                isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Call)
-                and terminal(node.func.value.func) == "super"
-            ):
-                supers.add(node.func.attr)
+                    reads.add(node.attr)
+        elif isinstance(node, ast.Return) and node.value is not None:
+            ref = dotted(node.value)
+            if ref:
+                returns.append(ref)
     return {
         "sets": sorted(sets),
         "reads": sorted(reads - sets),
         "calls": sorted(calls),
         "super": sorted(supers),
         "dynamic": dynamic,
+        "returns": returns,
     }
 
 
@@ -225,9 +247,7 @@ def cam_sites(scope: Scope, cam_names: set[str]) -> list[dict[str, Any]]:
         if not isinstance(node, ast.Call):
             continue
         callee = dotted(node.func)
-        if callee is None or not (
-            callee.rsplit(".", 1)[-1] == CAM_NAME or callee in cam_names
-        ):
+        if callee is None or not (callee.rsplit(".", 1)[-1] == CAM_NAME or callee in cam_names):
             continue
         site: dict[str, Any] = {
             "line": node.lineno,
@@ -271,6 +291,20 @@ def _literal_items(node: ast.AST) -> list[tuple[str, ast.expr]] | None:
         if all(k.arg for k in node.keywords):
             return [(k.arg, k.value) for k in node.keywords]  # type: ignore[misc]
     return None
+
+
+def may_hold_stubs(scope: Scope) -> bool:
+    """Whether `scope` names a context or calls ``__new__`` (cheap gate before `shapes`)."""
+    for node in scope.nodes:
+        if isinstance(node, ast.Attribute):
+            if node.attr == "__new__" or node.attr.endswith(CONTEXT):
+                return True
+        elif isinstance(node, ast.Name):
+            if node.id.endswith(CONTEXT):
+                return True
+        elif isinstance(node, ast.keyword) and node.arg and node.arg.endswith(CONTEXT):
+            return True
+    return False
 
 
 def scope_refs(scope: Scope) -> list[str]:

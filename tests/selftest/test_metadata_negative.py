@@ -22,6 +22,8 @@ from conformance.metadata import record as metadata
 from conformance.metadata import validator as validate_module
 from conformance.metadata.record import CommonAttentionMetadata
 
+MLA_BUILDER = str(Path(metadata.__file__).parents[2] / "backends" / "common.py")
+
 FAMILY_A = Path(__file__).resolve().parents[1] / "conformance" / "test_metadata.py"
 
 
@@ -130,7 +132,10 @@ def test_construction_site_missing_a_field_fails_family_a(pytester, monkeypatch,
     )
     real = construction.audit_construction
     monkeypatch.setattr(
-        construction, "audit_construction", lambda *a, **k: [*real(*a, **k), *real(tmp_path)]
+        construction,
+        "audit_construction",
+        # The record's definition and a consumer (the MLA builder) travel with the tree.
+        lambda *a, **k: [*real(*a, **k), *real([tmp_path, metadata.__file__, MLA_BUILDER])],
     )
     result = run_family_a(pytester, "-k", "construction_audit_is_clean")
     assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()

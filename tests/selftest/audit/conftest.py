@@ -17,7 +17,9 @@ from conformance.audit import cli
 def _load_engine_tree() -> ModuleType:
     name = "mla_selftest_audit_engine_tree"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("engine_tree.py"))
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).with_name("engine_tree.py")
+        )
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         sys.modules[name] = module
         spec.loader.exec_module(module)  # type: ignore[union-attr]

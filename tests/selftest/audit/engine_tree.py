@@ -21,8 +21,10 @@ CAM_FIELDS = """
 FILES: dict[str, str] = {
     "vllm/__init__.py": "",
     "vllm/v1/__init__.py": "",
-    "vllm/v1/attention/__init__.py": "from .backend import CommonAttentionMetadata as CommonAttentionMetadata\n",
-    "vllm/v1/attention/backend.py": '''
+    "vllm/v1/attention/__init__.py": (
+        "from .backend import CommonAttentionMetadata as CommonAttentionMetadata\n"
+    ),
+    "vllm/v1/attention/backend.py": """
         from dataclasses import dataclass
         from typing_extensions import deprecated
         import torch
@@ -58,9 +60,9 @@ FILES: dict[str, str] = {
         class AttentionMetadataBuilder:
             def build(self, common_prefix_len, common_attn_metadata: CommonAttentionMetadata):
                 raise NotImplementedError
-    ''',
+    """,
     "vllm/v1/attention/backends/__init__.py": "",
-    "vllm/v1/attention/backends/registry.py": '''
+    "vllm/v1/attention/backends/registry.py": """
         import enum
 
 
@@ -70,18 +72,19 @@ FILES: dict[str, str] = {
 
             def get_class(self):
                 return resolve_obj_by_qualname(self.value)
-    ''',
-    "vllm/v1/attention/backends/utils.py": '''
+    """,
+    "vllm/v1/attention/backends/utils.py": """
         def get_layers_from_vllm_config(vllm_config, layer_type, layer_names=None):
             ctx = vllm_config.compilation_config.static_forward_context
             return {k: v for k, v in ctx.items() if isinstance(v, layer_type)}
-    ''',
+    """,
     "vllm/model_executor/__init__.py": "",
     "vllm/model_executor/layers/__init__.py": "",
     "vllm/model_executor/layers/attention/__init__.py": (
-        "from .layer import Attention, AttentionLayerBase\nfrom .mla_attention import MLAAttention\n"
+        "from .layer import Attention, AttentionLayerBase\n"
+        "from .mla_attention import MLAAttention\n"
     ),
-    "vllm/model_executor/layers/attention/layer.py": '''
+    "vllm/model_executor/layers/attention/layer.py": """
         from abc import ABC
         from torch import nn
 
@@ -96,8 +99,8 @@ FILES: dict[str, str] = {
                 self.num_heads = num_heads
                 self.impl = None
                 compilation_config.static_forward_context[prefix] = self
-    ''',
-    "vllm/model_executor/layers/attention/mla_attention.py": '''
+    """,
+    "vllm/model_executor/layers/attention/mla_attention.py": """
         from torch import nn
 
         from vllm.model_executor.layers.attention.layer import AttentionLayerBase
@@ -124,9 +127,9 @@ FILES: dict[str, str] = {
                 seq_lens_cpu = common_attn_metadata.seq_lens_cpu_upper_bound
                 assert seq_lens_cpu is not None
                 return common_attn_metadata.num_reqs
-    ''',
+    """,
     "vllm/v1/attention/backends/mla/__init__.py": "",
-    "vllm/v1/attention/backends/mla/rocm_aiter_mla.py": '''
+    "vllm/v1/attention/backends/mla/rocm_aiter_mla.py": """
         from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadataBuilder
 
 
@@ -164,8 +167,8 @@ FILES: dict[str, str] = {
 
             def clone(self):
                 return AiterPrefillBackend(self.workspace)
-    ''',
-    "vllm/v1/attention/backends/flash_attn.py": '''
+    """,
+    "vllm/v1/attention/backends/flash_attn.py": """
         from vllm.model_executor.layers.attention import AttentionLayerBase
         from vllm.v1.attention.backend import AttentionMetadataBuilder
         from vllm.v1.attention.backends.utils import get_layers_from_vllm_config
@@ -186,9 +189,9 @@ FILES: dict[str, str] = {
                 if common_attn_metadata.seq_lens_cpu_upper_bound is not None:
                     return common_attn_metadata.seq_lens_cpu_upper_bound.max()
                 return common_attn_metadata.seq_lens.max()
-    ''',
+    """,
     "vllm/model_executor/layers/fused_moe/__init__.py": "",
-    "vllm/model_executor/layers/fused_moe/layer.py": '''
+    "vllm/model_executor/layers/fused_moe/layer.py": """
         from torch import nn
 
 
@@ -197,9 +200,9 @@ FILES: dict[str, str] = {
                 super().__init__()
                 self.num_experts = num_experts
                 compilation_config.static_forward_context[prefix] = self
-    ''',
+    """,
     "vllm/v1/worker/__init__.py": "",
-    "vllm/v1/worker/gpu_model_runner.py": f'''
+    "vllm/v1/worker/gpu_model_runner.py": f"""
         from vllm.v1.attention import CommonAttentionMetadata
 
 
@@ -208,9 +211,9 @@ FILES: dict[str, str] = {
                 seq_lens_cpu_upper_bound=seq_lens_cpu,
                 _seq_lens_cpu=seq_lens_cpu,
             )
-    ''',
+    """,
     "vllm/v1/spec_decode/__init__.py": "",
-    "vllm/v1/spec_decode/eagle.py": f'''
+    "vllm/v1/spec_decode/eagle.py": f"""
         from ..attention.backend import CommonAttentionMetadata as CAM
 
 
@@ -219,8 +222,8 @@ FILES: dict[str, str] = {
                 seq_lens_cpu_upper_bound=upper,
                 _num_computed_tokens_cpu=computed,
             )
-    ''',
-    "benchmarks/attention_benchmarks/mla_runner.py": f'''
+    """,
+    "benchmarks/attention_benchmarks/mla_runner.py": f"""
         from vllm.v1.attention.backend import CommonAttentionMetadata
         from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
@@ -230,8 +233,8 @@ FILES: dict[str, str] = {
             common_attn_metadata = CommonAttentionMetadata({CAM_FIELDS}
             )
             return builder_cls, common_attn_metadata
-    ''',
-    "benchmarks/attention_benchmarks/fa_runner.py": f'''
+    """,
+    "benchmarks/attention_benchmarks/fa_runner.py": f"""
         from vllm.v1.attention.backend import CommonAttentionMetadata
         from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 
@@ -240,8 +243,8 @@ FILES: dict[str, str] = {
             builder_cls = FlashAttentionBackend.get_builder_cls()
             return builder_cls, CommonAttentionMetadata({CAM_FIELDS}
             )
-    ''',
-    "tests/kernels/attention/test_rocm_aiter_mla_decode_metadata.py": '''
+    """,
+    "tests/kernels/attention/test_rocm_aiter_mla_decode_metadata.py": """
         import types
 
         import torch
@@ -258,8 +261,8 @@ FILES: dict[str, str] = {
                 )
             )
             return builder_cls(spec, [layer_name], vllm_config, "cuda")
-    ''',
-    "tests/kernels/attention/test_rocm_aiter_mla_causal_mask.py": '''
+    """,
+    "tests/kernels/attention/test_rocm_aiter_mla_causal_mask.py": """
         from types import SimpleNamespace as NS
 
         import torch
@@ -275,8 +278,8 @@ FILES: dict[str, str] = {
             )
             cls = AttentionBackendEnum.ROCM_AITER_MLA.get_class().get_builder_cls()
             return cls(spec, ["placeholder"], vllm_config, "cuda")
-    ''',
-    "tests/v1/attention/test_mla_backends.py": '''
+    """,
+    "tests/v1/attention/test_mla_backends.py": """
         from vllm.model_executor.layers.attention import AttentionLayerBase
         from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadataBuilder
 
@@ -300,8 +303,8 @@ FILES: dict[str, str] = {
                     "qk_nope_head_dim": 3, "qk_rope_head_dim": 4}
             vllm_config.compilation_config.static_forward_context.update({"l1": stub})
             MLACommonMetadataBuilder(spec, ["l1"], vllm_config, "cpu")
-    ''',
-    "tests/v1/attention/test_flash_attn_layers.py": '''
+    """,
+    "tests/v1/attention/test_flash_attn_layers.py": """
         from types import SimpleNamespace
 
         from vllm.v1.attention.backends.flash_attn import FlashAttentionMetadataBuilder
@@ -310,8 +313,8 @@ FILES: dict[str, str] = {
         def test_windows(vllm_config, spec):
             vllm_config.compilation_config.static_forward_context["l"] = SimpleNamespace(impl=None)
             FlashAttentionMetadataBuilder(spec, ["l"], vllm_config, "cpu")
-    ''',
-    "tests/v1/attention/test_real_layers.py": '''
+    """,
+    "tests/v1/attention/test_real_layers.py": """
         from vllm.model_executor.layers.attention import Attention
         from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadataBuilder
         from vllm.model_executor.layers.fused_moe.layer import FusedMoE
@@ -323,8 +326,8 @@ FILES: dict[str, str] = {
             ctx["moe"] = FusedMoE(8)
             ctx["moe2"] = object.__new__(FusedMoE)
             MLACommonMetadataBuilder(spec, ["attn"], vllm_config, "cpu")
-    ''',
-    "tests/compile/test_fusion_attn.py": '''
+    """,
+    "tests/compile/test_fusion_attn.py": """
         from torch import nn
 
 
@@ -336,8 +339,8 @@ FILES: dict[str, str] = {
 
         def test_fusion(vllm_config):
             vllm_config.compilation_config.static_forward_context["a"] = Attention()
-    ''',
-    "tests/v1/attention/test_impl_standins.py": '''
+    """,
+    "tests/v1/attention/test_impl_standins.py": """
         from vllm.v1.attention.backends.mla.rocm_aiter_mla import (
             AiterMLAImpl,
             AiterPrefillBackend,
@@ -365,8 +368,8 @@ FILES: dict[str, str] = {
 
         def test_unused_impl():
             return object.__new__(AiterMLAImpl)
-    ''',
-    "tests/v1/attention/test_upper_bound_none.py": f'''
+    """,
+    "tests/v1/attention/test_upper_bound_none.py": f"""
         from vllm.v1.attention.backend import CommonAttentionMetadata
         from vllm.v1.attention.backends.mla.rocm_aiter_mla import AiterMLAMetadataBuilder
 
@@ -376,7 +379,7 @@ FILES: dict[str, str] = {
                 seq_lens_cpu_upper_bound=None,
             )
             return AiterMLAMetadataBuilder, cam
-    ''',
+    """,
 }
 
 DIMS_NEW = (
@@ -391,9 +394,17 @@ SEED_52139 = "tests/kernels/attention/test_rocm_aiter_mla_decode_metadata.py"
 SEED_40844 = "benchmarks/attention_benchmarks/mla_runner.py"
 
 EXPECTED: set[tuple[str, str, tuple[str, ...]]] = {
-    (SEED_52139, "STUB001", ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")),
+    (
+        SEED_52139,
+        "STUB001",
+        ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
+    ),
     (SEED_52139, "STUB003", ("AttentionLayerBase",)),
-    ("tests/kernels/attention/test_rocm_aiter_mla_causal_mask.py", "STUB003", ("AttentionLayerBase",)),
+    (
+        "tests/kernels/attention/test_rocm_aiter_mla_causal_mask.py",
+        "STUB003",
+        ("AttentionLayerBase",),
+    ),
     ("tests/v1/attention/test_mla_backends.py", "STUB001", ("v_head_dim",)),
     ("tests/v1/attention/test_mla_backends.py", "STUB003", ("AttentionLayerBase",)),
     ("tests/v1/attention/test_flash_attn_layers.py", "STUB003", ("AttentionLayerBase",)),
@@ -419,7 +430,9 @@ def write_engine_tree(root: Path, *, dims: bool = True, fixed: bool = False) -> 
         extra = "".join(f"\n                    {d}=mla_dims.{d}," for d in DIMS) if fixed else ""
         body = body.replace("{fixed}", extra)
         if fixed and relpath == SEED_40844:
-            body = body.replace("slot_mapping=sm,", "slot_mapping=sm, seq_lens_cpu_upper_bound=seq_lens,")
+            body = body.replace(
+                "slot_mapping=sm,", "slot_mapping=sm, seq_lens_cpu_upper_bound=seq_lens,"
+            )
         path = root / relpath
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(body, encoding="utf-8")

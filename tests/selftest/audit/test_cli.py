@@ -18,7 +18,9 @@ def test_text_lines_and_summary(tmp_path, engine, run_cli):
     status, out, err = run_cli(str(root))
     assert status == 1
     line = next(x for x in out.splitlines() if "STUB001" in x and "decode_metadata" in x)
-    assert line.startswith(f"{root}/{engine.SEED_52139}:12: STUB001 layer stub SimpleNamespace(...)")
+    assert line.startswith(
+        f"{root}/{engine.SEED_52139}:12: STUB001 layer stub SimpleNamespace(...)"
+    )
     assert err.startswith("audit: 4 errors, 3 warnings, 4 info, 0 problems, ")
 
 
@@ -30,7 +32,17 @@ def test_json_document_follows_the_documented_schema(tmp_path, engine, run_cli):
     assert document["version"] == 2 and document["fail_on"] == "error"
     assert set(document) >= {"findings", "problems", "definition", "consumers", "stubs", "config"}
     finding = document["findings"][0]
-    assert set(finding) == {"path", "line", "col", "code", "severity", "message", "names", "qualname", "fingerprint"}
+    assert set(finding) == {
+        "path",
+        "line",
+        "col",
+        "code",
+        "severity",
+        "message",
+        "names",
+        "qualname",
+        "fingerprint",
+    }
     assert document["stubs"]["judged"] == 5 and document["stubs"]["protocol"] is None
 
 
@@ -72,19 +84,27 @@ def test_usage_errors_exit_2(tmp_path, run_cli):
     assert status == 2 and "no such file" in err
     result = subprocess.run(
         [sys.executable, "-m", "conformance.audit.cli", "--format", "xml", "."],
-        cwd=REPO, capture_output=True, text=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 2
 
 
 def test_bare_interpreter_runs_the_audit_without_torch(tmp_path, engine):
     """``-S``: no site-packages, so no torch can be imported; paths print as given."""
-    root = engine.write_engine_tree(tmp_path / "tree")
-    code = "import sys, conformance.audit.cli as c; r = c.run(sys.argv[1:]); assert 'torch' not in sys.modules; sys.exit(r)"
+    engine.write_engine_tree(tmp_path / "tree")
+    code = (
+        "import sys, conformance.audit.cli as c; r = c.run(sys.argv[1:]); "
+        "assert 'torch' not in sys.modules; sys.exit(r)"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run(
         [sys.executable, "-S", "-c", code, "tree", "--no-cache", "--no-config"],
-        cwd=tmp_path, env=env, capture_output=True, text=True,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 1, result.stderr
     assert f"tree/{engine.SEED_52139}:12: STUB001" in result.stdout
@@ -93,6 +113,10 @@ def test_bare_interpreter_runs_the_audit_without_torch(tmp_path, engine):
 def test_this_repository_is_clean_from_the_command_line():
     env = {**os.environ, "XDG_CACHE_HOME": "/nonexistent-cache"}
     result = subprocess.run(
-        [sys.executable, "-m", "conformance", "audit", "."], cwd=REPO, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "conformance", "audit", "."],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr

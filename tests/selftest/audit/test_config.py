@@ -63,7 +63,9 @@ def test_select_ignore_and_per_file_ignores(tmp_path, write_tree):
         ("core.py", "CAM002", "warning")
     ]
     ignored = Config(ignore=("CAM00",), select=("ALL", "CAM002"))  # longest selector wins
-    assert [c for _, c, _ in _codes(run_audit([root], config=ignored, options=Options(jobs=1)))] == ["CAM002"]
+    assert [
+        c for _, c, _ in _codes(run_audit([root], config=ignored, options=Options(jobs=1)))
+    ] == ["CAM002"]
     per_file = Config(per_file_ignores={"pkg/core.py": ("CAM001",)}, root=str(root))
     report = run_audit([root], config=per_file, options=Options(jobs=1))
     assert _codes(report) == [("core.py", "CAM002", "warning")] and report.exit_code == 0
@@ -75,13 +77,25 @@ def test_severity_and_fail_on_set_the_exit_code(tmp_path, write_tree):
     assert run_audit([root], config=demoted, options=Options(jobs=1)).exit_code == 0
     strict = Config(severity={"CAM001": "info"}, fail_on="warning")
     assert run_audit([root], config=strict, options=Options(jobs=1)).exit_code == 1
-    assert run_audit([root], config=Config(fail_on="info", severity={"CAM001": "info", "CAM002": "info"}), options=Options(jobs=1)).exit_code == 1
+    assert (
+        run_audit(
+            [root],
+            config=Config(fail_on="info", severity={"CAM001": "info", "CAM002": "info"}),
+            options=Options(jobs=1),
+        ).exit_code
+        == 1
+    )
 
 
 def test_bare_noqa_silences_every_code_and_legacy_comment_still_works(tmp_path, write_tree):
     files = dict(TREE)
-    files["pkg/core.py"] = TREE["pkg/core.py"].replace("_seq_lens_cpu=s)", "_seq_lens_cpu=s)  # noqa").replace(
-        "CommonAttentionMetadata()\n", "CommonAttentionMetadata()  # conformance-audit: ignore[CAM001]\n"
+    files["pkg/core.py"] = (
+        TREE["pkg/core.py"]
+        .replace("_seq_lens_cpu=s)", "_seq_lens_cpu=s)  # noqa")
+        .replace(
+            "CommonAttentionMetadata()\n",
+            "CommonAttentionMetadata()  # conformance-audit: ignore[CAM001]\n",
+        )
     )
     report = run_audit([write_tree(tmp_path, files)], options=Options(jobs=1))
     assert report.findings == [] and report.suppressed == 3

@@ -54,7 +54,9 @@ BUILDER = """\
 def _audit(tmp_path, write_tree, site: str, where: str = "pkg/site.py") -> list[tuple[str, tuple]]:
     root = write_tree(tmp_path, {"pkg/record.py": RECORD, "pkg/builders.py": BUILDER, where: site})
     report = run_audit([root], options=Options(jobs=1))
-    return sorted((f.code, f.names) for f in report.findings if f.path.endswith(where.rsplit("/", 1)[-1]))
+    return sorted(
+        (f.code, f.names) for f in report.findings if f.path.endswith(where.rsplit("/", 1)[-1])
+    )
 
 
 def _site(body: str, builder: str = "MLABuilder") -> str:
@@ -75,13 +77,19 @@ def _site(body: str, builder: str = "MLABuilder") -> str:
         ("return CAM(t, n, seq_lens_cpu_upper_bound=t)", []),
         ("return CAM(t, n)", [("CAM001", ("seq_lens_cpu_upper_bound",))]),
         ("return CAM(t, seq_lens_cpu_upper_bound=t)", [("CAM001", ("num_reqs",))]),
-        ("return CAM(t, n, seq_lens_cpu_upper_bound=t, _seq_lens_cpu=t)", [("CAM002", ("_seq_lens_cpu",))]),
+        (
+            "return CAM(t, n, seq_lens_cpu_upper_bound=t, _seq_lens_cpu=t)",
+            [("CAM002", ("_seq_lens_cpu",))],
+        ),
         ("return CAM(t, n, **extra)", [("CAM003", ("seq_lens_cpu_upper_bound",))]),
         ("return CAM(t, n, seq_lens_cpu_upper_bound=t, **extra)", []),
         ("return CAM(t, n, **{'seq_lens_cpu_upper_bound': t})", []),
         ("return CAM(t, n, seq_lens_cpu_upper_bound=t, colour=1)", [("CAM004", ("colour",))]),
         ("return CAM(t, n, t, seq_lens_cpu_upper_bound=t)", [("CAM004", ())]),
-        ("return CAM(t, n, seq_lens_cpu_upper_bound=None)", [("CAM001", ("seq_lens_cpu_upper_bound",))]),
+        (
+            "return CAM(t, n, seq_lens_cpu_upper_bound=None)",
+            [("CAM001", ("seq_lens_cpu_upper_bound",))],
+        ),
     ],
 )
 def test_each_rule_and_its_control(tmp_path, write_tree, body, expected):
@@ -99,7 +107,10 @@ def test_deliberate_none_in_a_test_is_a_lower_severity_finding(tmp_path, write_t
 
 
 def test_a_site_reaching_no_consumer_is_checked_against_every_consumer(tmp_path, write_tree):
-    site = "from pkg.record import CommonAttentionMetadata\n\n\ndef f(t, n):\n    return CommonAttentionMetadata(t, n)\n"
+    site = (
+        "from pkg.record import CommonAttentionMetadata\n\n\n"
+        "def f(t, n):\n    return CommonAttentionMetadata(t, n)\n"
+    )
     assert _audit(tmp_path, write_tree, site) == [("CAM001", ("seq_lens_cpu_upper_bound",))]
 
 
@@ -128,7 +139,10 @@ def test_several_definitions_warn_and_sites_use_the_one_they_resolve_to(tmp_path
         {
             "pkg/record.py": RECORD,
             "tests/fake_record.py": other,
-            "tests/test_fake.py": "from tests.fake_record import CommonAttentionMetadata\n\n\ndef f(t):\n    return CommonAttentionMetadata(t, 1, 2, seq_lens_cpu_upper_bound=t)\n",
+            "tests/test_fake.py": (
+                "from tests.fake_record import CommonAttentionMetadata\n\n\ndef f(t):\n"
+                "    return CommonAttentionMetadata(t, 1, 2, seq_lens_cpu_upper_bound=t)\n"
+            ),
         },
     )
     report = run_audit([root], options=Options(jobs=1))
@@ -136,7 +150,10 @@ def test_several_definitions_warn_and_sites_use_the_one_they_resolve_to(tmp_path
 
 
 def test_find_construction_sites_binds_positionals_and_is_strict(tmp_path, write_tree):
-    root = write_tree(tmp_path, {"pkg/record.py": RECORD, "pkg/site.py": _site("return CAM(t, n)  # noqa: CAM001")})
+    root = write_tree(
+        tmp_path,
+        {"pkg/record.py": RECORD, "pkg/site.py": _site("return CAM(t, n)  # noqa: CAM001")},
+    )
     [site] = find_construction_sites(root)
     assert site.passed == ("query_start_loc", "num_reqs") and site.qualname == "make"
     assert "CAM001" in site.ignored

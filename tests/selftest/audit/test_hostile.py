@@ -75,7 +75,9 @@ def test_content_problems_are_named(tmp_path):
     (root / "latin.py").write_bytes(b"x = '\xe9'\n")
     (root / "declared.py").write_bytes(b"# -*- coding: latin-1 -*-\nx = '\xe9'\n")
     (root / "deep.py").write_text("x = " + "+".join(["1"] * 200_000) + "\n")
-    (root / "deep_anchored.py").write_text("ctx = static_forward_context = " + "+".join(["1"] * 200_000) + "\n")
+    (root / "deep_anchored.py").write_text(
+        "ctx = static_forward_context = " + "+".join(["1"] * 200_000) + "\n"
+    )
     (root / "big.py").write_text("x = 1\n" * 400)
     (root / "bad.py").write_text("static_forward_context = {\ndef (:\n")
     report = run_audit([root], options=Options(jobs=1, max_file_size=2_000))

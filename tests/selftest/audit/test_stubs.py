@@ -57,7 +57,10 @@ def _test(stub: str, builder: str = "Builder", prelude: str = "") -> str:
         ("SimpleNamespace(prefill_backend=pb)", [("STUB001", ("kv_lora_rank",))]),
         ("{'kv_lora_rank': 1}", [("STUB001", ("prefill_backend",))]),
         ("dict(kv_lora_rank=1, prefill_backend=SimpleNamespace(clone=None))", []),
-        ("dict(kv_lora_rank=1, prefill_backend=SimpleNamespace(x=1))", [("STUB001", ("prefill_backend.clone",))]),
+        (
+            "dict(kv_lora_rank=1, prefill_backend=SimpleNamespace(x=1))",
+            [("STUB001", ("prefill_backend.clone",))],
+        ),
         ("SimpleNamespace(prefill_backend=pb, **extra)", [("STUB002", ("kv_lora_rank",))]),
         ("SimpleNamespace(kv_lora_rank=1, prefill_backend=pb, **extra)", []),
     ],
@@ -89,27 +92,39 @@ class Half:
     ],
 )
 def test_ad_hoc_classes_and_standins(tmp_path, write_tree, stub, expected):
-    test = _test(stub).replace("\n\n        def test_it", AD_HOC.replace("\n", "\n        ") + "\n\n        def test_it")
+    test = _test(stub).replace(
+        "\n\n        def test_it", AD_HOC.replace("\n", "\n        ") + "\n\n        def test_it"
+    )
     assert _stubs(tmp_path, write_tree, test) == expected
 
 
 def test_a_stub_reaching_no_builder_is_not_judged(tmp_path, write_tree):
-    test = _test("SimpleNamespace()").replace("Builder([\"l\"], cfg)", "pass")
+    test = _test("SimpleNamespace()").replace('Builder(["l"], cfg)', "pass")
     test = test.replace("from pkg.builder import Builder, AttentionLayerBase", "")
     assert _stubs(tmp_path, write_tree, test) == []
 
 
 def test_typed_lookups_only_bind_subclasses(tmp_path, write_tree):
     assert _stubs(tmp_path, write_tree, _test("SimpleNamespace()", "TypedBuilder")) == []
-    test = _test("Fake(pb)", "TypedBuilder").replace("\n\n        def test_it", AD_HOC.replace("\n", "\n        ") + "\n\n        def test_it")
+    test = _test("Fake(pb)", "TypedBuilder").replace(
+        "\n\n        def test_it", AD_HOC.replace("\n", "\n        ") + "\n\n        def test_it"
+    )
     assert _stubs(tmp_path, write_tree, test) == [("STUB001", ("num_heads",))]
 
 
 def test_stub003_flags_non_layer_stubs_only(tmp_path, write_tree):
-    root = write_tree(tmp_path, {"pkg/builder.py": BUILDER, "tests/test_x.py": _test("SimpleNamespace(kv_lora_rank=1, prefill_backend=pb)")})
+    root = write_tree(
+        tmp_path,
+        {
+            "pkg/builder.py": BUILDER,
+            "tests/test_x.py": _test("SimpleNamespace(kv_lora_rank=1, prefill_backend=pb)"),
+        },
+    )
     codes = [f.code for f in run_audit([root], options=Options(jobs=1)).findings]
     assert codes == ["STUB003"]
-    test = _test("Fake(pb)").replace("\n\n        def test_it", AD_HOC.replace("\n", "\n        ") + "\n\n        def test_it")
+    test = _test("Fake(pb)").replace(
+        "\n\n        def test_it", AD_HOC.replace("\n", "\n        ") + "\n\n        def test_it"
+    )
     root = write_tree(tmp_path / "b", {"pkg/builder.py": BUILDER, "tests/test_x.py": test})
     assert [f.code for f in run_audit([root], options=Options(jobs=1)).findings] == []
 
@@ -117,9 +132,17 @@ def test_stub003_flags_non_layer_stubs_only(tmp_path, write_tree):
 def test_guarded_and_defaulted_reads_are_not_requirements(tmp_path, write_tree):
     guarded = BUILDER.replace(
         "self.rank = layer.kv_lora_rank",
-        "if hasattr(layer, 'kv_lora_rank'):\n                self.rank = layer.kv_lora_rank\n            self.x = getattr(layer, 'x', None)",
+        "if hasattr(layer, 'kv_lora_rank'):\n"
+        "                self.rank = layer.kv_lora_rank\n"
+        "            self.x = getattr(layer, 'x', None)",
     )
-    root = write_tree(tmp_path, {"pkg/builder.py": guarded, "tests/test_x.py": _test("SimpleNamespace(prefill_backend=pb)")})
+    root = write_tree(
+        tmp_path,
+        {
+            "pkg/builder.py": guarded,
+            "tests/test_x.py": _test("SimpleNamespace(prefill_backend=pb)"),
+        },
+    )
     report = run_audit([root], audits=("stubs",), options=Options(jobs=1))
     assert [f.code for f in report.findings] == ["STUB003"]
 
@@ -170,7 +193,9 @@ def test_standin_rule_and_controls(tmp_path, write_tree):
         """
     root = write_tree(tmp_path, {"pkg/impl.py": impl, "tests/test_impl.py": test})
     report = run_audit([root], options=Options(jobs=1))
-    assert [(f.code, f.names, f.qualname) for f in report.findings] == [("STUB004", ("dtype",), "test_missing")]
+    assert [(f.code, f.names, f.qualname) for f in report.findings] == [
+        ("STUB004", ("dtype",), "test_missing")
+    ]
 
 
 def test_protocol_file_errors_name_file_and_line():
