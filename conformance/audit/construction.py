@@ -9,7 +9,7 @@ or ``common_attn_metadata`` parameter) and dereferencing or asserting a field
 (`usage.consumer_needs`). A field with a default is needed only when a consumer the site
 reaches needs it: one named in the site's function (or, failing that, its file), directly
 or as the builder a named backend returns; a site that reaches none is checked against
-every consumer of the tree.
+every consumer class of the tree (helper functions count only when named at the site).
 """
 
 from __future__ import annotations
@@ -88,8 +88,11 @@ class Definitions:
         return self.primary
 
 
-def consumers(index: Index) -> dict[str, list[str]]:
-    """Every consumer of the tree (``Class`` or ``function``) → the fields it needs."""
+def consumers(index: Index, *, classes_only: bool = False) -> dict[str, list[str]]:
+    """Every consumer of the tree (``Class`` or ``function``) → the fields it needs.
+
+    `classes_only`: builder classes only; a helper function taking the record is reached
+    through the builder that calls it, or by being named at the site."""
     table: dict[str, list[str]] = {}
     for number, facts in index.loaded():
         for module in index.names_of[number][:1]:
@@ -97,7 +100,8 @@ def consumers(index: Index) -> dict[str, list[str]]:
                 if info["cam"]:  # inherited needs are their base's, listed under the base
                     table[f"{module}.{name}"] = sorted({f for v in info["cam"].values() for f in v})
             for name, info in facts["functions"].items():
-                table[f"{module}.{name}"] = info["cam"]
+                if not classes_only:
+                    table[f"{module}.{name}"] = info["cam"]
     return table
 
 
@@ -132,7 +136,7 @@ def iter_sites(
 
 def audit_sites(index: Index, defs: Definitions) -> list[Finding]:
     """The findings of every construction site (noqa is applied by the caller)."""
-    every = consumers(index)
+    every = consumers(index, classes_only=True)
     findings: list[Finding] = []
     for number, _, definition, site in iter_sites(index, defs):
         facts = index.facts(number)

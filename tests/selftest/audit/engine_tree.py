@@ -26,25 +26,17 @@ FILES: dict[str, str] = {
     ),
     "vllm/v1/attention/backend.py": """
         from dataclasses import dataclass
+        from torch import Tensor
         from typing_extensions import deprecated
-        import torch
 
 
         @dataclass
         class CommonAttentionMetadata:
-            query_start_loc: torch.Tensor
-            query_start_loc_cpu: torch.Tensor
-            seq_lens: torch.Tensor
-            num_reqs: int
-            num_actual_tokens: int
-            max_query_len: int
-            max_seq_len: int
-            block_table_tensor: torch.Tensor
-            slot_mapping: torch.Tensor
-            causal: bool = True
-            seq_lens_cpu_upper_bound: torch.Tensor | None = None
-            _seq_lens_cpu: torch.Tensor | None = None
-            _num_computed_tokens_cpu: torch.Tensor | None = None
+            query_start_loc: Tensor; query_start_loc_cpu: Tensor; seq_lens: Tensor
+            num_reqs: int; num_actual_tokens: int; max_query_len: int; max_seq_len: int
+            block_table_tensor: Tensor; slot_mapping: Tensor; causal: bool = True
+            seq_lens_cpu_upper_bound: Tensor | None = None
+            _seq_lens_cpu: Tensor | None = None; _num_computed_tokens_cpu: Tensor | None = None
 
             @property
             @deprecated("use seq_lens")
