@@ -8,8 +8,9 @@ functions and builder methods taking the record (a ``CommonAttentionMetadata``-a
 or ``common_attn_metadata`` parameter) and dereferencing or asserting a field
 (`usage.consumer_needs`). A field with a default is needed only when a consumer the site
 reaches needs it: one named in the site's function (or, failing that, its file), directly
-or as the builder a named backend returns; a site that reaches none is checked against
-every consumer class of the tree (helper functions count only when named at the site).
+or as the builder a named backend returns, or every backend of a registry enum it names;
+a site that reaches no consumer is checked for the required fields only (nothing is
+guessed).
 """
 
 from __future__ import annotations
@@ -88,11 +89,8 @@ class Definitions:
         return self.primary
 
 
-def consumers(index: Index, *, classes_only: bool = False) -> dict[str, list[str]]:
-    """Every consumer of the tree (``Class`` or ``function``) → the fields it needs.
-
-    `classes_only`: builder classes only; a helper function taking the record is reached
-    through the builder that calls it, or by being named at the site."""
+def consumers(index: Index) -> dict[str, list[str]]:
+    """Every consumer of the tree (``Class`` or ``function``) → the fields it needs."""
     table: dict[str, list[str]] = {}
     for number, facts in index.loaded():
         for module in index.names_of[number][:1]:
@@ -100,8 +98,7 @@ def consumers(index: Index, *, classes_only: bool = False) -> dict[str, list[str
                 if info["cam"]:  # inherited needs are their base's, listed under the base
                     table[f"{module}.{name}"] = sorted({f for v in info["cam"].values() for f in v})
             for name, info in facts["functions"].items():
-                if not classes_only:
-                    table[f"{module}.{name}"] = info["cam"]
+                table[f"{module}.{name}"] = info["cam"]
     return table
 
 
@@ -136,7 +133,6 @@ def iter_sites(
 
 def audit_sites(index: Index, defs: Definitions) -> list[Finding]:
     """The findings of every construction site (noqa is applied by the caller)."""
-    every = consumers(index, classes_only=True)
     findings: list[Finding] = []
     for number, _, definition, site in iter_sites(index, defs):
         facts = index.facts(number)
@@ -145,7 +141,7 @@ def audit_sites(index: Index, defs: Definitions) -> list[Finding]:
         reached = index.reached(module, refs, "cam") or index.reached(
             module, facts["refs"].get("<file>", []), "cam"
         )
-        table = {f"{t.module}.{t.name}": _needs(index, t) for t in reached} if reached else every
+        table = {f"{t.module}.{t.name}": _needs(index, t) for t in reached} if reached else {}
         findings += check_site(site, definition, table, index.entries[number])
     return findings
 

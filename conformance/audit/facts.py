@@ -17,7 +17,7 @@ from conformance.audit import usage
 from conformance.audit.astutil import constant_str, dotted, iter_scopes, terminal
 from conformance.audit.definition import definition_facts
 
-FACTS_VERSION = 3
+FACTS_VERSION = 9
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
@@ -105,14 +105,8 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
         if found:
             facts["refs"][scope.qualname] = usage.scope_refs(scope)
     if facts["sites"] or facts["stores"]:
-        facts["refs"]["<file>"] = sorted(
-            {r for node in every if _refable(node) for r in [dotted(node)] if r}
-        )
+        facts["refs"]["<file>"] = usage.maximal_refs(every)
     return facts
-
-
-def _refable(node: ast.AST) -> bool:
-    return isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
 
 
 def _imports(nodes: list[ast.AST]) -> tuple[dict[str, list[Any]], list[list[Any]]]:
@@ -164,8 +158,10 @@ def _class_facts(
             params = [*stmt.args.posonlyargs, *stmt.args.args]
             self_name = params[0].arg if params else None
             method_scope = scopes.get(f"{qualname}.{stmt.name}")
-            info = usage.self_usage(method_scope.nodes if method_scope else [], self_name)
-            iattrs |= set(info.pop("sets"))
+            info = usage.self_usage(
+                method_scope.nodes if method_scope else [], self_name, stmt.body
+            )
+            iattrs |= set(info["sets"])
             dynamic = dynamic or info.pop("dynamic")
             refs = info.pop("returns")
             methods[stmt.name] = info

@@ -273,8 +273,9 @@ class Index:
 
     def reached(self, module: str, refs: list[str], table: str) -> list[Target]:
         """Classes with `table` facts (builders: ``layer``; consumers: ``cam``) that `refs`
-        reach: named directly, or returned by a method of a named class (the backend's
-        ``get_builder_cls``), or through a string member (a registry enum)."""
+        reach: named directly, returned by a method of a named class (the backend's
+        ``get_builder_cls``), named by a string member (``Enum.MEMBER``), or every member
+        of a registry enum named whole (``AttentionBackendEnum[name]``)."""
         found: dict[str, Target] = {}
         for ref in refs:
             target = self.resolve_dotted(module, ref)
@@ -291,8 +292,12 @@ class Index:
         info = self.class_facts(target)
         if info is None:
             return
-        for refs in info["returns"].values():
-            for ref in refs:
-                returned = self.resolve_dotted(target.module, ref)
-                if returned is not None and returned.kind == "class" and returned != target:
-                    self._expand(returned, table, found, depth + 1)
+        refs = [(target.module, r) for rs in info["returns"].values() for r in rs]
+        for module, ref in refs:
+            returned = self.resolve_dotted(module, ref)
+            if returned is not None and returned.kind == "class" and returned != target:
+                self._expand(returned, table, found, depth + 1)
+        for member in info["members"].values():  # a registry enum named whole: every member
+            named = self.resolve_absolute(member)
+            if named is not None and named.kind == "class" and named != target:
+                self._expand(named, table, found, depth + 1)

@@ -200,17 +200,20 @@ class StubJudge:
         full, _ = self.index.attributes(target, instance=True)
         settable = full - class_level
         used = set(shape["reads"])
-        pending, seen = list(shape["calls"]), set()
+        pending, seen, provided = list(shape["calls"]), set(), set()
         while pending and len(seen) < 50:
             name = pending.pop()
             if name in seen:
                 continue
             seen.add(name)
+            if name in shape["attrs"]:
+                continue  # replaced on the instance (a mock): its body never runs
             method, _ = self.index.method_self(target, name)
             if method is not None:
                 used |= set(method["reads"])
+                provided |= set(method["sets"])
                 pending += method["calls"]
-        missing = sorted((used & settable) - class_level - set(shape["attrs"]))
+        missing = sorted((used & settable) - class_level - set(shape["attrs"]) - provided)
         if not missing:
             return []
         calls = f" before calling {join_names(shape['calls'])}" if shape["calls"] else ""

@@ -186,9 +186,11 @@ def _dereferenced(node: ast.AST, up: dict[int, ast.AST]) -> bool:
     return False
 
 
-def self_usage(nodes: list[ast.AST], self_name: str | None) -> dict[str, Any]:
-    """What a method (its scope's `nodes`) sets on, reads from and calls on its first
-    parameter, and the dotted names it returns."""
+def self_usage(
+    nodes: list[ast.AST], self_name: str | None, body: list[ast.stmt] | None = None
+) -> dict[str, Any]:
+    """What a method (its scope's `nodes`, its `body`) sets on, reads from and calls on its
+    first parameter on every path, and the dotted names it returns."""
     sets: set[str] = set()
     reads: set[str] = set()
     calls: set[str] = set()
@@ -196,7 +198,10 @@ def self_usage(nodes: list[ast.AST], self_name: str | None) -> dict[str, Any]:
     returns: list[str] = []
     dynamic = False
     called: set[int] = set()
+    branches = conditional_ids(nodes) | after_early_exit(body or [])
     for node in nodes:
+        if id(node) in branches and not isinstance(node, ast.Attribute | ast.Return):
+            continue
         if isinstance(node, ast.Call):
             called.add(id(node.func))
             func_node = node.func
@@ -222,6 +227,8 @@ def self_usage(nodes: list[ast.AST], self_name: str | None) -> dict[str, Any]:
             if isinstance(value, ast.Name) and value.id == self_name:
                 if isinstance(node.ctx, ast.Store):
                     sets.add(node.attr)
+                elif id(node) in branches:
+                    continue  # read on one path only: not a requirement of every call
                 elif id(node) in called:
                     calls.add(node.attr)
                 else:
@@ -238,6 +245,41 @@ def self_usage(nodes: list[ast.AST], self_name: str | None) -> dict[str, Any]:
         "dynamic": dynamic,
         "returns": returns,
     }
+
+
+def conditional_ids(nodes: list[ast.AST]) -> set[int]:
+    """Ids of the nodes that run on some paths only: branch bodies of ``if``, loops,
+    ``try`` handlers, conditional expressions, ``and``/``or`` right operands, ``match``."""
+    found: set[int] = set()
+    for node in nodes:
+        parts: list = []
+        if isinstance(node, ast.If | ast.For | ast.AsyncFor | ast.While):
+            parts = [*node.body, *node.orelse]
+        elif isinstance(node, ast.IfExp):
+            parts = [node.body, node.orelse]
+        elif isinstance(node, ast.Try):
+            parts = [*node.handlers, *node.orelse]
+        elif isinstance(node, ast.BoolOp):
+            parts = node.values[1:]
+        elif isinstance(node, ast.Match):
+            parts = node.cases
+        elif isinstance(node, ast.comprehension):
+            parts = node.ifs
+        for part in parts:
+            if id(part) not in found:
+                found.update(id(n) for n in ast.walk(part))
+    return found
+
+
+def after_early_exit(body: list[ast.stmt]) -> set[int]:
+    """Ids of the nodes after the first ``if`` that may ``return`` or ``raise``: they run
+    on some paths only."""
+    for index, stmt in enumerate(body):
+        if isinstance(stmt, ast.If) and any(
+            isinstance(n, ast.Return | ast.Raise) for part in stmt.body for n in ast.walk(part)
+        ):
+            return {id(n) for later in body[index + 1 :] for n in ast.walk(later)}
+    return set()
 
 
 def cam_sites(scope: Scope, cam_names: set[str]) -> list[dict[str, Any]]:
@@ -308,12 +350,21 @@ def may_hold_stubs(scope: Scope) -> bool:
 
 
 def scope_refs(scope: Scope) -> list[str]:
-    """Every dotted name the scope loads (to tell which builders it reaches)."""
+    """Every whole dotted name the scope loads (to tell which builders it reaches); the
+    ``a`` of ``a.b`` is not listed on its own."""
+    return maximal_refs(scope.nodes)
+
+
+def maximal_refs(nodes: list[ast.AST]) -> list[str]:
+    """The dotted names loaded among `nodes`, prefixes of longer chains left out."""
+    inner = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}
     return sorted(
         {
             text
-            for node in scope.nodes
-            if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
+            for node in nodes
+            if isinstance(node, (ast.Name, ast.Attribute))
+            and isinstance(node.ctx, ast.Load)
+            and id(node) not in inner
             for text in [dotted(node)]
             if text
         }

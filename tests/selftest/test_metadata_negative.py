@@ -124,9 +124,10 @@ def test_construction_site_missing_a_field_fails_family_a(pytester, monkeypatch,
     broken = tmp_path / "benchmarks" / "runner.py"
     broken.parent.mkdir()
     broken.write_text(
+        "from backends.common import MLACommonBuilder\n"
         "from conformance.metadata.record import CommonAttentionMetadata\n\n\n"
-        "def build(**required):\n"
-        "    return CommonAttentionMetadata(\n"
+        "def build(**required):  # feeds MLACommonBuilder\n"
+        "    return MLACommonBuilder, CommonAttentionMetadata(\n"
         + "".join(f"        {name}=required[{name!r}],\n" for name in metadata.REQUIRED_FIELDS)
         + "    )\n"
     )
@@ -139,7 +140,7 @@ def test_construction_site_missing_a_field_fails_family_a(pytester, monkeypatch,
     )
     result = run_family_a(pytester, "-k", "construction_audit_is_clean")
     assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
-    result.stdout.fnmatch_lines([f"*{broken}:5: CAM001 *seq_lens_cpu_upper_bound*"])
+    result.stdout.fnmatch_lines([f"*{broken}:6: CAM001 *seq_lens_cpu_upper_bound*"])
 
 
 def test_validator_accepting_an_unordered_batch_fails_family_a(pytester, monkeypatch):

@@ -400,7 +400,7 @@ EXPECTED: set[tuple[str, str, tuple[str, ...]]] = {
     ("tests/v1/attention/test_mla_backends.py", "STUB001", ("v_head_dim",)),
     ("tests/v1/attention/test_mla_backends.py", "STUB003", ("AttentionLayerBase",)),
     ("tests/v1/attention/test_flash_attn_layers.py", "STUB003", ("AttentionLayerBase",)),
-    ("tests/v1/attention/test_impl_standins.py", "STUB004", ("kv_cache_dtype", "scale")),
+    ("tests/v1/attention/test_impl_standins.py", "STUB004", ("kv_cache_dtype",)),
     (SEED_40844, "CAM001", ("seq_lens_cpu_upper_bound",)),
     ("tests/v1/attention/test_upper_bound_none.py", "CAM006", ("seq_lens_cpu_upper_bound",)),
     ("vllm/v1/worker/gpu_model_runner.py", "CAM002", ("_seq_lens_cpu",)),

@@ -106,12 +106,41 @@ def test_deliberate_none_in_a_test_is_a_lower_severity_finding(tmp_path, write_t
     assert found == [("CAM006", ("seq_lens_cpu_upper_bound",))]
 
 
-def test_a_site_reaching_no_consumer_is_checked_against_every_consumer(tmp_path, write_tree):
+def test_a_site_reaching_no_consumer_is_checked_for_required_fields_only(tmp_path, write_tree):
     site = (
         "from pkg.record import CommonAttentionMetadata\n\n\n"
-        "def f(t, n):\n    return CommonAttentionMetadata(t, n)\n"
+        "def f(t, n):\n    return CommonAttentionMetadata(t, n), CommonAttentionMetadata(t)\n"
     )
-    assert _audit(tmp_path, write_tree, site) == [("CAM001", ("seq_lens_cpu_upper_bound",))]
+    assert _audit(tmp_path, write_tree, site) == [("CAM001", ("num_reqs",))]
+
+
+def test_a_registry_enum_named_whole_reaches_every_member(tmp_path, write_tree):
+    registry = """\
+        import enum
+
+
+        class BackendEnum(enum.Enum):
+            MLA = "pkg.builders.MLABuilder"
+            PLAIN = "pkg.builders.PlainBuilder"
+        """
+    site = """\
+        from pkg.record import CommonAttentionMetadata
+        from pkg.registry import BackendEnum
+
+
+        def f(t, n, name):
+            builder = BackendEnum[name]
+            return builder, CommonAttentionMetadata(t, n)
+        """
+    root = write_tree(
+        tmp_path,
+        {"pkg/record.py": RECORD, "pkg/builders.py": BUILDER, "pkg/registry.py": registry},
+    )
+    write_tree(root, {"pkg/site.py": site})
+    report = run_audit([root], options=Options(jobs=1))
+    assert [(f.code, f.names) for f in report.findings] == [
+        ("CAM001", ("seq_lens_cpu_upper_bound",))
+    ]
 
 
 def test_a_call_resolving_to_another_class_is_not_a_site(tmp_path, write_tree):
