@@ -269,8 +269,13 @@ def _standin(node: ast.Call, cls: str, var: str | None, scope: Scope, facts: _Fa
         ):
             reads.append((other.attr, other.lineno))
     first_call = min(
-        (n.lineno for n in scope.nodes if isinstance(n, ast.Call)
-         and isinstance(n.func, ast.Attribute) and dotted(n.func.value) == var),
+        (
+            n.lineno
+            for n in scope.nodes
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and dotted(n.func.value) == var
+        ),
         default=None,
     )
     if first_call is not None:  # what a call may have set is no requirement afterwards

@@ -202,3 +202,51 @@ def test_protocol_file_errors_name_file_and_line():
     with pytest.raises(ProtocolFileError, match=r"p.txt:2: bad attribute path"):
         parse_protocol_text("a\nq lora\n", "p.txt")
     assert parse_protocol_text("[a]\nx\n[b]\ny.z\n", "p").attributes == {"x", "y.z"}
+
+
+STANDIN_IMPL = """\
+    class Impl:
+        def __init__(self):
+            self.dtype = "fp8"
+            self.heads = 2
+            self.cache = {}
+
+        def forward(self):
+            kind = self.dtype
+            if self.heads > 4:
+                return self.rare
+            return kind
+
+        def early(self):
+            if self.heads:
+                return 0
+            return self.dtype
+
+        def fill(self):
+            self.cache = {1: 2}
+    """
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("impl.heads = 1\n    impl.forward()", [("dtype",)]),  # the rule fires
+        ("impl.heads = 1\n    impl.forward = lambda: 0\n    impl.forward()", []),  # mocked
+        (
+            "impl.heads = 1\n    with pytest.raises(AttributeError):\n        impl.forward()",
+            [],
+        ),  # expected to fail
+        ("impl.heads = 1\n    impl.early()", []),  # dtype read after an early return only
+        ("impl.dtype = 'x'\n    impl.forward()", [("heads",)]),  # 'rare' is on one branch
+        ("impl.fill()\n    assert impl.cache", []),  # read after a call that sets it
+        ("object.__setattr__(impl, 'heads', 1)\n    impl.forward()", [("dtype",)]),
+    ],
+)
+def test_standin_reads_on_every_path_only(tmp_path, write_tree, body, expected):
+    head = "import pytest\nfrom pkg.impl import Impl\n\n\n"
+    test = f"{head}def test_it():\n    impl = object.__new__(Impl)\n    {body}\n"
+    root = write_tree(tmp_path, {"pkg/impl.py": STANDIN_IMPL})
+    (root / "tests").mkdir()
+    (root / "tests" / "test_impl.py").write_text(test)
+    report = run_audit([root], options=Options(jobs=1))
+    assert [f.names for f in report.findings if f.code == "STUB004"] == expected, report.to_text()
