@@ -8,8 +8,9 @@ stand-ins and builders reading layers from a ``static_forward_context``. It then
 ``python -m conformance.audit.cli TREE --jobs J`` three times in a fresh process: with no
 cache, with a cold cache and with a warm one, and reports for each the wall time, and the
 CPU time and peak resident memory of the whole process tree (main process plus workers,
-RSS sampled every 10 ms from /proc; also the largest single process, from ``getrusage``). Targets (issue 15):
-at most 10 s wall and 300 MB peak on 2 cores. A benchmark, not a timed test.
+RSS sampled every 10 ms from /proc; also the largest single process, from ``getrusage``).
+Targets (issue 15): at most 10 s wall and 300 MB peak on 2 cores. A benchmark, not a timed
+test.
 """
 
 from __future__ import annotations
