@@ -1,75 +1,168 @@
 """``python -m conformance audit``: the static audits from the command line.
 
 Also runnable on its own: ``python -m conformance.audit.cli PATH [PATH...]``. Exit status:
-0 clean (warnings allowed), 1 findings, 2 usage error, bad protocol file or a file that does
-not parse (the rest of the tree is still audited and its findings printed). See
-docs/audit.md.
+0 clean (findings below ``--fail-on`` allowed), 1 findings, 2 usage error, bad
+configuration, protocol, definition or baseline file, or a named problem in the tree (the
+rest is still audited and reported). See docs/audit.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
-from conformance.audit import AUDITS, run_audit
+from conformance.audit.baseline import BaselineError, write_baseline
+from conformance.audit.config import Config, ConfigError, find_pyproject, load_config, merge
+from conformance.audit.engine import AUDITS, run_audit
+from conformance.audit.findings import SEVERITIES
+from conformance.audit.loader import Options, default_cache_dir
 from conformance.audit.protocol import ProtocolFileError
 from conformance.audit.tree import AuditPathError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the audit's arguments to `parser` (used by ``python -m conformance audit``)."""
-    parser.add_argument(
-        "paths",
-        metavar="PATH",
-        nargs="+",
-        help="source trees or .py files to audit; findings name files as PATH/relative/path",
+    add = parser.add_argument
+    add("paths", metavar="PATH", nargs="+", help="source trees or .py files to audit")
+    add("--format", choices=("text", "json", "sarif"), default="text", help="output format")
+    add("--json", action="store_true", help="the same as --format json")
+    add("--only", choices=AUDITS, help="run one audit")
+    add("--select", metavar="CODES", help="comma-separated rule codes or prefixes to report")
+    add("--ignore", metavar="CODES", help="comma-separated rule codes or prefixes to drop")
+    add(
+        "--per-file-ignores",
+        metavar="GLOB:CODES",
+        action="append",
+        default=[],
+        help="drop CODES in files matching GLOB (repeatable)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.add_argument(
-        "--protocol",
-        metavar="FILE",
-        help="layer protocol file (one dotted attribute per line, optional [backend] "
-        "sections); default: the registered backends' layer protocols",
+    add(
+        "--severity",
+        metavar="CODE=LEVEL",
+        action="append",
+        default=[],
+        help=f"set a rule's severity ({', '.join(SEVERITIES)}; repeatable)",
     )
-    parser.add_argument(
-        "--only",
-        choices=AUDITS,
-        help="run one audit: construction (CommonAttentionMetadata sites) or stubs",
-    )
-    parser.add_argument(
+    add("--fail-on", choices=SEVERITIES, help="least severe level that exits 1 (default error)")
+    add(
         "--exclude",
         metavar="GLOB",
         action="append",
         default=[],
-        help="skip files and folders whose relative path or name matches (repeatable)",
+        help="skip matching files and folders (repeatable)",
     )
+    add(
+        "--config",
+        metavar="FILE",
+        help="pyproject.toml to read [tool.mla-conformance.audit] from "
+        "(default: the nearest one above the first PATH)",
+    )
+    add("--no-config", action="store_true", help="read no pyproject.toml")
+    add("--baseline", metavar="FILE", help="report only findings this baseline does not list")
+    add(
+        "--write-baseline",
+        metavar="FILE",
+        help="write every finding to FILE as the baseline; exit 0 unless problems",
+    )
+    add(
+        "--protocol",
+        metavar="FILE",
+        help="judge every layer stub against this protocol file instead of the tree's builders",
+    )
+    add(
+        "--definition",
+        metavar="FILE",
+        help="a .py file holding the CommonAttentionMetadata dataclass, for trees without one",
+    )
+    add(
+        "--jobs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="worker processes (default: one per core, at most 8)",
+    )
+    add("--cache-dir", metavar="DIR", help=f"facts cache folder (default {default_cache_dir()})")
+    add("--no-cache", action="store_true", help="neither read nor write the cache")
+    add(
+        "--max-file-size",
+        type=int,
+        metavar="BYTES",
+        help="skip (as a problem) files larger than this",
+    )
+
+
+def _config(args: argparse.Namespace) -> Config:
+    config = Config()
+    if not getattr(args, "no_config", False):
+        path = getattr(args, "config", None) or find_pyproject(args.paths)
+        if path:
+            config = load_config(path)
+    table: dict[str, object] = {}
+    for key in ("select", "ignore", "fail_on", "max_file_size"):
+        value = getattr(args, key, None)
+        if value is not None:
+            table[key.replace("_", "-")] = value
+    if getattr(args, "exclude", None):
+        table["exclude"] = list(args.exclude)
+    ignores: dict[str, list[str]] = {}
+    for item in getattr(args, "per_file_ignores", None) or []:
+        glob, _, codes = item.rpartition(":")
+        if not glob:
+            raise ConfigError(f"--per-file-ignores {item!r}: expected GLOB:CODES")
+        ignores.setdefault(glob, []).extend(c for c in codes.split(",") if c)
+    if ignores:
+        table["per-file-ignores"] = ignores
+    levels = {}
+    for item in getattr(args, "severity", None) or []:
+        code, _, level = item.partition("=")
+        levels[code.strip()] = level.strip()
+    if levels:
+        table["severity"] = levels
+    return merge(config, table, "command line")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the audit `args` describe; print the report; return the exit status."""
     only = getattr(args, "only", None)
-    audits = (only,) if only else AUDITS
+    fmt = "json" if getattr(args, "json", False) else getattr(args, "format", "text")
+    cache = (
+        None
+        if getattr(args, "no_cache", False)
+        else (getattr(args, "cache_dir", None) or default_cache_dir())
+    )
+    writing = getattr(args, "write_baseline", None)
     try:
+        config = _config(args)
         report = run_audit(
             args.paths,
-            audits=audits,
+            audits=(only,) if only else AUDITS,
             protocol_file=getattr(args, "protocol", None),
-            exclude=getattr(args, "exclude", None) or (),
+            definition_file=getattr(args, "definition", None),
+            config=config,
+            baseline=None if writing else getattr(args, "baseline", None),
+            options=Options(jobs=getattr(args, "jobs", 0) or 0, cache_dir=cache),
         )
-    except (AuditPathError, ProtocolFileError) as exc:
+    except (AuditPathError, ProtocolFileError, ConfigError, BaselineError) as exc:
         print(f"audit: error: {exc}", file=sys.stderr)
         return 2
-    if getattr(args, "json", False):
+    if writing:
+        count = write_baseline(writing, report.findings)
+        print(report.to_text() if fmt == "text" else "", end="")
+        print(
+            f"audit: wrote {count} finding(s) to the baseline {os.fspath(writing)}", file=sys.stderr
+        )
+        return 2 if report.problems else 0
+    if fmt == "json":
         print(report.to_json())
+    elif fmt == "sarif":
+        print(report.to_sarif())
     else:
         text = report.to_text()
         if text:
             print(text)
-        note = report.context.get("protocol", {}).get("note")
-        if note:
-            print(f"audit: note: layer protocol fallback ({note})", file=sys.stderr)
-        print(report.summary(), file=sys.stderr)
+    print(report.summary(), file=sys.stderr)
     return report.exit_code
 
 

@@ -1,579 +1,310 @@
-"""Construction-site audit: every `CommonAttentionMetadata(...)` call in a source tree.
+"""Construction-site audit: every `CommonAttentionMetadata(...)` call of the tree.
 
-A *construction site* is a call to ``CommonAttentionMetadata`` by its name, through an
-attribute (``backend.CommonAttentionMetadata(...)``) or through an alias bound by
-``import ... as`` or a plain ``Alias = CommonAttentionMetadata`` assignment. Each site is
-checked against the record's definition:
-
-* the definition is read from the audited tree when it defines a dataclass called
-  ``CommonAttentionMetadata`` (so the audit follows a vLLM checkout's own record), else it
-  is this suite's `conformance.metadata.record.CommonAttentionMetadata`;
-* a site must pass every *needed* field: the fields without a default, plus
-  ``seq_lens_cpu_upper_bound`` whenever the definition has it (MLA builders assert it on
-  prefill rows: vLLM #40654 → #40844). Passing a literal ``None`` counts as leaving it out;
-* a site must not pass a deprecated field: one listed in
-  `conformance.metadata.record.DEPRECATED_FIELDS`,
-  or a ``_name`` field backing a deprecated ``name`` property of the definition;
-* positional arguments fill the fields in declaration order; ``**{"literal": ...}`` dicts are
-  read; any other ``*args``/``**kwargs`` makes the site unverifiable, reported only when a
-  needed field is not otherwise given.
-
-Constructions of subclasses (``AscendCommonAttentionMetadata``) and copies made with
-``dataclasses.replace`` or ``.replace()`` are not construction sites: they keep every field.
+A site is a call whose callee resolves (imports followed) to the tree's
+``CommonAttentionMetadata`` dataclass, or to that name outside the tree; a site whose
+callee resolves to another class of the tree is not one. It is checked against the
+definition it resolves to (else the tree's first), and against the record's *consumers*:
+functions and builder methods taking the record (a ``CommonAttentionMetadata``-annotated
+or ``common_attn_metadata`` parameter) and dereferencing or asserting a field
+(`usage.consumer_needs`). A field with a default is needed only when a consumer the site
+reaches needs it: one named in the site's function (or, failing that, its file), directly
+or as the builder a named backend returns, or every backend of a registry enum it names;
+a site that reaches no consumer is checked for the required fields only (nothing is
+guessed).
 """
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import functools
-import importlib.util
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from types import MappingProxyType
+from typing import Any
 
-from conformance.audit.findings import (
-    DEPRECATED,
-    INVALID,
-    MISSING,
-    UNVERIFIABLE,
-    WARNING,
-    Finding,
-    join_names,
-)
-from conformance.audit.tree import (
-    PathArgs,
-    SourceFile,
-    SourceTree,
-    TreeParseError,
-    as_tree,
-    constant_str,
-    iter_scopes,
-    terminal_name,
-)
-
-CAM_NAME = "CommonAttentionMetadata"
-
-# Needed beyond the definition's required fields, when the definition has them, and why.
-BUILDER_NEEDED_REASONS: Mapping[str, str] = {
-    "seq_lens_cpu_upper_bound": (
-        "MLA builders assert it whenever a prefill row is present; vLLM #40654 → #40844"
-    ),
-}
-
-_DEPRECATION_WARNINGS = frozenset(
-    {"DeprecationWarning", "PendingDeprecationWarning", "FutureWarning"}
-)
-
-
-@dataclass(frozen=True)
-class CamDefinition:
-    """What a construction site is checked against."""
-
-    fields: tuple[str, ...]
-    """Every ``__init__`` parameter, in declaration order."""
-    positional: tuple[str, ...]
-    """The parameters that may be given positionally, in order."""
-    required: frozenset[str]
-    """Parameters without a default."""
-    deprecated: Mapping[str, str]
-    """Deprecated parameter → what to do instead."""
-    source: str
-    """Where the definition came from: ``path:line`` or ``conformance.metadata.record``."""
-
-    @property
-    def needed(self) -> tuple[str, ...]:
-        """Required fields plus builder-needed ones the definition has, in field order."""
-        return tuple(
-            name for name in self.fields if name in self.required or name in BUILDER_NEEDED_REASONS
-        )
+from conformance.audit.definition import CamDefinition
+from conformance.audit.findings import Finding, join_names
+from conformance.audit.index import Index, Target
+from conformance.audit.usage import CAM_NAME
 
 
 @dataclass(frozen=True)
 class ConstructionSite:
-    """One `CommonAttentionMetadata(...)` call."""
+    """One `CommonAttentionMetadata(...)` call, bound to its definition."""
 
     path: str
-    """The file as displayed (the audited PATH joined with `relpath`)."""
     relpath: str
-    """The file below the audited PATH, ``/``-separated."""
     line: int
     col: int
     end_line: int
     qualname: str
-    """The enclosing function or class (``<module>`` at top level), as `__qualname__`."""
     passed: tuple[str, ...]
-    """Fields the call gives, positional ones mapped to their names, in call order."""
     passed_none: tuple[str, ...]
-    """Fields given as a literal ``None``."""
     unpacked: bool
-    """Whether ``*args``/``**kwargs`` hide further arguments."""
     unknown: tuple[str, ...]
-    """Keywords the definition does not have."""
     extra_positional: int
-    """Positional arguments beyond the positional fields."""
     ignored: frozenset[str] = frozenset()
-    """Codes a ``# conformance-audit: ignore[...]`` comment on the call silences (``"*"``
-    for a bare ``ignore``): non-empty marks a deliberately broken site (negative control)."""
+    """Codes ``# noqa`` comments on the call silence (``"*"`` for all)."""
 
 
-# ---------------------------------------------------------------------------- definitions
-
-
-def _conformance_metadata_source() -> ast.Module | None:
-    """The parse tree of `conformance.metadata.record`'s source, read without importing it
-    (importing it imports torch, which an audit of another tree should not need)."""
-    spec = importlib.util.find_spec("conformance.metadata.record")
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    try:
-        return ast.parse(Path(spec.origin).read_bytes(), filename=spec.origin)
-    except (OSError, SyntaxError, ValueError):
-        return None
-
-
-def definition_from_conformance() -> CamDefinition:
-    """The definition of this suite's own `CommonAttentionMetadata`.
-
-    Read from its source like any tree's (no torch import); imported only when the source
-    is not available.
-    """
-    module = _conformance_metadata_source()
-    if module is not None:
-        for node in module.body:
-            if isinstance(node, ast.ClassDef) and node.name == CAM_NAME:
-                definition = definition_from_class(node, "conformance.metadata.record")
-                if definition is not None:
-                    return definition
-    from conformance.metadata import record as metadata
-
-    init_fields = [f for f in dataclasses.fields(metadata.CommonAttentionMetadata) if f.init]
-    required = frozenset(
-        f.name
-        for f in init_fields
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    )
-    return CamDefinition(
-        fields=tuple(f.name for f in init_fields),
-        positional=tuple(f.name for f in init_fields if not f.kw_only),
-        required=required,
-        deprecated=dict(metadata.DEPRECATED_FIELDS),
-        source="conformance.metadata.record",
-    )
-
-
-@functools.cache
-def our_deprecated_fields() -> Mapping[str, str]:
-    """`conformance.metadata.record.DEPRECATED_FIELDS`, read from the source when it is a literal
-    (no torch import), else imported."""
-    module = _conformance_metadata_source()
-    if module is not None:
-        for node in module.body:
-            targets = (
-                node.targets
-                if isinstance(node, ast.Assign)
-                else [node.target]
-                if isinstance(node, ast.AnnAssign)
-                else []
-            )
-            if any(isinstance(t, ast.Name) and t.id == "DEPRECATED_FIELDS" for t in targets):
-                try:
-                    value = ast.literal_eval(node.value)  # type: ignore[arg-type]
-                except ValueError:
-                    break
-                if isinstance(value, dict):
-                    return MappingProxyType(value)
-    from conformance.metadata.record import DEPRECATED_FIELDS
-
-    return MappingProxyType(dict(DEPRECATED_FIELDS))
-
-
-def _is_dataclass_decorator(node: ast.expr) -> tuple[bool, bool]:
-    """(is a dataclass decorator, with kw_only=True)."""
-    target = node.func if isinstance(node, ast.Call) else node
-    if terminal_name(target) != "dataclass":
-        return False, False
-    kw_only = isinstance(node, ast.Call) and any(
-        k.arg == "kw_only" and isinstance(k.value, ast.Constant) and k.value.value is True
-        for k in node.keywords
-    )
-    return True, kw_only
-
-
-def _mentions(annotation: ast.AST, name: str) -> bool:
-    text = constant_str(annotation)
-    if text is not None:
-        return name in text
-    return any(terminal_name(n) == name for n in ast.walk(annotation))
-
-
-def _is_deprecated_property(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    names = [terminal_name(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
-    if "property" not in names:
-        return False
-    if "deprecated" in names:
-        return True
-    docstring = ast.get_docstring(node) or ""
-    if "deprecated" in docstring.lower():
-        return True
-    for inner in ast.walk(node):
-        if isinstance(inner, ast.Call) and terminal_name(inner.func) == "warn":
-            parts = [*inner.args, *(k.value for k in inner.keywords)]
-            if any(terminal_name(p) in _DEPRECATION_WARNINGS for p in parts):
-                return True
-    return False
-
-
-def definition_from_class(node: ast.ClassDef, source: str) -> CamDefinition | None:
-    """Read a dataclass definition from its class statement; None if not a dataclass.
-
-    Fields are the annotated class-level names in order (``ClassVar`` left out, ``InitVar``
-    kept, ``field(init=False)`` left out, ``KW_ONLY`` and ``kw_only`` honoured); a field is
-    required when it has no default. Base classes are not followed.
-    """
-    flags = [_is_dataclass_decorator(d) for d in node.decorator_list]
-    if not any(is_dc for is_dc, _ in flags):
-        return None
-    kw_only_all = any(kw for _, kw in flags)
-    fields: list[str] = []
-    positional: list[str] = []
-    required: set[str] = set()
-    kw_only_from_here = kw_only_all
-    deprecated_properties: set[str] = set()
-    for stmt in node.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if _is_deprecated_property(stmt):
-                deprecated_properties.add(stmt.name)
-            continue
-        if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name):
-            continue
-        if _mentions(stmt.annotation, "ClassVar"):
-            continue
-        if terminal_name(stmt.annotation) == "KW_ONLY":
-            kw_only_from_here = True
-            continue
-        name = stmt.target.id
-        has_default = stmt.value is not None
-        kw_only = kw_only_from_here
-        if isinstance(stmt.value, ast.Call) and terminal_name(stmt.value.func) == "field":
-            options = {k.arg: k.value for k in stmt.value.keywords if k.arg}
-            init = options.get("init")
-            if isinstance(init, ast.Constant) and init.value is False:
-                continue
-            has_default = "default" in options or "default_factory" in options
-            flag = options.get("kw_only")
-            if isinstance(flag, ast.Constant) and isinstance(flag.value, bool):
-                kw_only = flag.value
-        fields.append(name)
-        if not kw_only:
-            positional.append(name)
-        if not has_default:
-            required.add(name)
-    deprecated: dict[str, str] = {}
-    for name in fields:
-        if name.startswith("_") and name[1:] in deprecated_properties:
-            deprecated[name] = f"backing store of the deprecated property {name[1:]!r}"
-    for name, hint in our_deprecated_fields().items():
-        deprecated[name] = hint
-    return CamDefinition(
-        fields=tuple(fields),
-        positional=tuple(positional),
-        required=frozenset(required),
-        deprecated=deprecated,
-        source=source,
-    )
-
-
-@dataclass(frozen=True)
-class ResolvedDefinition:
-    """The definition an audit uses, and the warnings its choice produced."""
-
-    definition: CamDefinition
-    warnings: tuple[Finding, ...] = ()
-
-
-def resolve_definition(tree: SourceTree | PathArgs) -> ResolvedDefinition:
-    """The tree's own ``CommonAttentionMetadata`` dataclass, else this suite's.
-
-    With several in the tree, the first in walk order is used and each other one gets a
-    CAM005 warning naming the one used.
-    """
-    tree = as_tree(tree)
-    found: list[tuple[SourceFile, ast.ClassDef, CamDefinition]] = []
-    for file in tree.files:
-        if CAM_NAME not in file.text:
-            continue
-        for node in ast.walk(file.module):
-            if isinstance(node, ast.ClassDef) and node.name == CAM_NAME:
-                definition = definition_from_class(node, f"{file.display}:{node.lineno}")
-                if definition is not None:
-                    found.append((file, node, definition))
-    if not found:
-        return ResolvedDefinition(definition_from_conformance())
-    chosen = found[0][2]
-    warnings = tuple(
-        Finding(
-            path=file.display,
-            line=node.lineno,
-            col=node.col_offset,
-            kind=WARNING,
-            code="CAM005",
-            message=(
-                f"another {CAM_NAME} dataclass; construction sites are checked against "
-                f"the one at {chosen.source}"
-            ),
-            names=(CAM_NAME,),
-        )
-        for file, node, _ in found[1:]
-        if not file.suppressed("CAM005", node.lineno)
-    )
-    return ResolvedDefinition(chosen, warnings)
-
-
-# ---------------------------------------------------------------------------- sites
-
-
-def _cam_aliases(module: ast.Module) -> frozenset[str]:
-    """Names that refer to ``CommonAttentionMetadata`` in `module`."""
-    names = {CAM_NAME}
-    for node in ast.walk(module):
-        if isinstance(node, ast.ImportFrom):
-            names.update(a.asname for a in node.names if a.name == CAM_NAME and a.asname)
-        elif (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, (ast.Name, ast.Attribute))
-            and terminal_name(node.value) == CAM_NAME
-        ):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    return frozenset(names)
-
-
-def _is_cam_call(call: ast.Call, aliases: frozenset[str]) -> bool:
-    func = call.func
-    if isinstance(func, ast.Name):
-        return func.id in aliases
-    return isinstance(func, ast.Attribute) and func.attr == CAM_NAME
-
-
-def _dict_literal_keys(node: ast.AST) -> list[str] | None:
-    """Keys of a ``{"a": ..}`` or ``dict(a=..)`` literal, or None when not all are known."""
-    if isinstance(node, ast.Dict):
-        keys = [constant_str(k) for k in node.keys]
-        return None if any(k is None for k in keys) else keys  # type: ignore[return-value]
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "dict"
-        and not node.args
-        and all(k.arg for k in node.keywords)
-    ):
-        return [k.arg for k in node.keywords]  # type: ignore[misc]
-    return None
-
-
-def _bind(call: ast.Call, definition: CamDefinition) -> dict[str, object]:
-    passed: list[str] = []
-    passed_none: list[str] = []
-    unknown: list[str] = []
-    unpacked = False
-    extra_positional = 0
-    for index, arg in enumerate(call.args):
-        if isinstance(arg, ast.Starred):
-            unpacked = True
-            break
-        if index < len(definition.positional):
-            name = definition.positional[index]
-            passed.append(name)
-            if isinstance(arg, ast.Constant) and arg.value is None:
-                passed_none.append(name)
-        else:
-            extra_positional += 1
-    for keyword in call.keywords:
-        if keyword.arg is None:
-            keys = _dict_literal_keys(keyword.value)
-            if keys is None:
-                unpacked = True
-                continue
-            given = [(k, None) for k in keys]
-        else:
-            given = [(keyword.arg, keyword.value)]
-        for name, value in given:
-            passed.append(name)
-            if isinstance(value, ast.Constant) and value.value is None:
-                passed_none.append(name)
-            if name not in definition.fields and name not in definition.deprecated:
-                unknown.append(name)
+def _bind(site: dict[str, Any], definition: CamDefinition) -> dict[str, Any]:
+    positional = definition.positional[: site["npos"]]
+    passed = [*positional, *site["kw"]]
+    none = [definition.positional[i] for i in site["pos_none"] if i < len(definition.positional)]
+    known = set(definition.fields) | set(definition.deprecated)
     return {
         "passed": tuple(passed),
-        "passed_none": tuple(passed_none),
-        "unpacked": unpacked,
-        "unknown": tuple(unknown),
-        "extra_positional": extra_positional,
+        "passed_none": tuple(none + site["kw_none"]),
+        "unpacked": site["unpacked"],
+        "unknown": tuple(n for n in site["kw"] if n not in known),
+        "extra_positional": max(0, site["npos"] - len(definition.positional)),
     }
 
 
-def sites_in_file(file: SourceFile, definition: CamDefinition) -> list[ConstructionSite]:
-    """Every construction site in one parsed file, in source order."""
-    if CAM_NAME not in file.text:
-        return []
-    aliases = _cam_aliases(file.module)
-    sites: list[ConstructionSite] = []
-    for scope in iter_scopes(file.module):
-        for node in scope.nodes:
-            if isinstance(node, ast.Call) and _is_cam_call(node, aliases):
-                sites.append(
-                    ConstructionSite(
-                        path=file.display,
-                        relpath=file.relpath,
-                        line=node.lineno,
-                        col=node.col_offset,
-                        end_line=node.end_lineno or node.lineno,
-                        qualname=scope.qualname,
-                        ignored=file.suppressions(node.lineno, node.end_lineno),
-                        **_bind(node, definition),  # type: ignore[arg-type]
-                    )
-                )
-    sites.sort(key=lambda s: (s.line, s.col))
-    return sites
+class Definitions:
+    """The tree's `CommonAttentionMetadata` dataclasses, by the class they are on."""
+
+    def __init__(self, index: Index, override: CamDefinition | None = None) -> None:
+        self.index = index
+        self.found: list[tuple[int, Target, CamDefinition]] = []
+        for number, facts in index.loaded():
+            module = index.names_of[number][0] if index.names_of[number] else ""
+            for raw in facts["cam_defs"]:
+                source = f"{index.entries[number].display}:{raw['line']}"
+                target = Target("class", module, CAM_NAME)
+                self.found.append((number, target, CamDefinition.from_facts(raw, source)))
+        core = [f for f in self.found if not index.entries[f[0]].is_support]
+        self.primary = override or ((core or self.found)[0][2] if self.found else None)
+
+    def for_callee(self, module: str, callee: str) -> CamDefinition | bool | None:
+        """The definition a callee resolves to; False when it is not a site at all."""
+        target = self.index.resolve_dotted(module, callee)
+        if target is None:
+            return self.primary if callee.rsplit(".", 1)[-1] == CAM_NAME else False
+        if target.kind == "external":
+            return self.primary if target.module.endswith(CAM_NAME) else False
+        if target.kind != "class" or target.name.rsplit(".", 1)[-1] != CAM_NAME:
+            return False
+        number = self.index.modules.get(target.module)
+        for found_number, _, definition in self.found:
+            if found_number == number:
+                return definition
+        return self.primary
 
 
-def find_construction_sites(
-    root: PathArgs,
-    *,
-    exclude: Sequence[str] = (),
-    strict: bool = True,
-) -> list[ConstructionSite]:
-    """Every `CommonAttentionMetadata(...)` call under `root` (a path or several).
-
-    Positional arguments are mapped to field names with the tree's own definition (or this
-    suite's). With `strict`, a file that does not parse raises `TreeParseError`; otherwise
-    it is skipped.
-    """
-    tree = as_tree(root, exclude)
-    if strict and tree.failures:
-        raise TreeParseError(tree.failures)
-    definition = resolve_definition(tree).definition
-    return [site for file in tree.files for site in sites_in_file(file, definition)]
+def consumers(index: Index) -> dict[str, list[str]]:
+    """Every consumer of the tree (``Class`` or ``function``) → the fields it needs."""
+    table: dict[str, list[str]] = {}
+    for number, facts in index.loaded():
+        for module in index.names_of[number][:1]:
+            for name, info in facts["classes"].items():
+                if info["cam"]:  # inherited needs are their base's, listed under the base
+                    table[f"{module}.{name}"] = sorted({f for v in info["cam"].values() for f in v})
+            for name, info in facts["functions"].items():
+                table[f"{module}.{name}"] = info["cam"]
+    return table
 
 
-# ---------------------------------------------------------------------------- findings
+def iter_sites(
+    index: Index, defs: Definitions
+) -> Iterator[tuple[int, dict, CamDefinition, ConstructionSite]]:
+    """Every construction site with the definition it is bound to."""
+    for number, facts in index.loaded():
+        module = (index.names_of[number] or [""])[0]
+        entry = index.entries[number]
+        for raw in facts["sites"]:
+            definition = defs.for_callee(module, raw["callee"])
+            if definition is False or definition is None:
+                continue
+            ignored = frozenset(
+                c
+                for line in range(raw["line"], raw["end"] + 1)
+                for c in facts["noqa"].get(str(line), [])
+            )
+            site = ConstructionSite(
+                entry.display,
+                entry.relpath,
+                raw["line"],
+                raw["col"],
+                raw["end"],
+                raw["q"],
+                ignored=ignored,
+                **_bind(raw, definition),  # type: ignore[arg-type]
+            )
+            yield number, raw, definition, site
 
 
-def _describe_missing(absent: Sequence[str], none: Sequence[str], definition: CamDefinition) -> str:
-    def reason(name: str) -> str:
-        if name in definition.required:
-            return "required"
-        return BUILDER_NEEDED_REASONS.get(name, "needed")
-
-    parts = []
-    if absent:
-        parts.append("leaves out " + join_names(f"{n} ({reason(n)})" for n in absent))
-    if none:
-        parts.append("passes None for " + join_names(f"{n} ({reason(n)})" for n in none))
-    return " and ".join(parts)
-
-
-def check_site(site: ConstructionSite, definition: CamDefinition) -> list[Finding]:
-    """The findings for one construction site."""
-    where = f"{CAM_NAME}(...) in {site.qualname}"
-
-    def finding(kind: str, code: str, message: str, names: Sequence[str]) -> Finding:
-        return Finding(
-            path=site.path,
-            line=site.line,
-            col=site.col,
-            kind=kind,
-            code=code,
-            message=f"{where} {message}",
-            names=tuple(names),
-            qualname=site.qualname,
-        )
-
+def audit_sites(index: Index, defs: Definitions) -> list[Finding]:
+    """The findings of every construction site (noqa is applied by the caller)."""
     findings: list[Finding] = []
+    for number, _, definition, site in iter_sites(index, defs):
+        facts = index.facts(number)
+        module = (index.names_of[number] or [""])[0]
+        refs = facts["refs"].get(site.qualname, [])
+        reached = index.reached(module, refs, "cam") or index.reached(
+            module, facts["refs"].get("<file>", []), "cam"
+        )
+        table = {f"{t.module}.{t.name}": _needs(index, t) for t in reached} if reached else {}
+        findings += check_site(site, definition, table, index.entries[number])
+    return findings
+
+
+def _needs(index: Index, target: Target) -> list[str]:
+    return sorted({f for v in index.by_method(target, "cam").values() for f in v})
+
+
+def check_site(
+    site: ConstructionSite, definition: CamDefinition, table: dict[str, list[str]], entry: Any
+) -> list[Finding]:
+    """The findings of one site, given the consumers it reaches and what they need."""
+    where = f"{CAM_NAME}(...) in {site.qualname}"
     given = set(site.passed)
-    absent = [n for n in definition.needed if n not in given]
-    none = [n for n in definition.needed if n in site.passed_none]
-    if site.unpacked and absent:
+    by_field: dict[str, str] = {}
+    for consumer, fields in sorted(table.items()):
+        for name in fields:
+            if name in definition.fields and name not in definition.required:
+                by_field.setdefault(name, consumer.rsplit(".", 1)[-1])
+    findings: list[Finding] = []
+
+    def add(code: str, message: str, names: list[str]) -> None:
         findings.append(
-            finding(
-                UNVERIFIABLE,
-                "CAM003",
-                "unpacks *args/**kwargs, so the audit cannot verify that it passes "
-                + join_names(absent)
-                + f" (needed; definition at {definition.source})",
-                absent,
+            Finding(
+                site.path,
+                site.line,
+                site.col,
+                code,
+                f"{where} {message}",
+                tuple(names),
+                site.qualname,
+                file=entry.path,
+                relpath=entry.relpath,
+                span=(site.line, site.end_line),
             )
         )
-        absent = []
-    if absent or none:
-        findings.append(
-            finding(
-                MISSING,
-                "CAM001",
-                _describe_missing(absent, none, definition)
-                + f" (definition at {definition.source})",
-                [*absent, *none],
-            )
+
+    absent_required = [n for n in definition.fields if n in definition.required and n not in given]
+    absent_needed = [n for n in definition.fields if n in by_field and n not in given]
+    if site.unpacked and (absent_required or absent_needed):
+        hidden = [*absent_required, *absent_needed]
+        add(
+            "CAM003",
+            f"unpacks *args/**kwargs, so the audit cannot verify that it passes "
+            f"{join_names(hidden)} (definition at {definition.source})",
+            hidden,
+        )
+        absent_required, absent_needed = [], []
+    parts = []
+    if absent_required:
+        parts.append(
+            "leaves out " + join_names(f"{n} (required: no default)" for n in absent_required)
+        )
+    if absent_needed:
+        parts.append(
+            "leaves out " + join_names(f"{n} (read by {by_field[n]})" for n in absent_needed)
+        )
+    nones = [n for n in site.passed_none if n in by_field]
+    if nones and not entry.is_support:
+        parts.append("passes None for " + join_names(f"{n} (read by {by_field[n]})" for n in nones))
+    if parts:
+        add(
+            "CAM001",
+            " and ".join(parts) + f" (definition at {definition.source})",
+            [*absent_required, *absent_needed, *(nones if not entry.is_support else [])],
+        )
+    if nones and entry.is_support:
+        add(
+            "CAM006",
+            "passes None on purpose for "
+            + join_names(f"{n} (read by {by_field[n]})" for n in nones),
+            nones,
         )
     deprecated = [n for n in dict.fromkeys(site.passed) if n in definition.deprecated]
     if deprecated:
         hints = "; ".join(f"{n}: {definition.deprecated[n]}" for n in deprecated)
-        findings.append(
-            finding(
-                DEPRECATED,
-                "CAM002",
-                f"passes deprecated {join_names(deprecated)} ({hints})",
-                deprecated,
-            )
-        )
+        add("CAM002", f"passes deprecated {join_names(deprecated)} ({hints})", deprecated)
     if site.unknown:
-        findings.append(
-            finding(
-                INVALID,
-                "CAM004",
-                f"passes {join_names(site.unknown)}, not a field of the definition at "
-                f"{definition.source}",
-                site.unknown,
-            )
+        add(
+            "CAM004",
+            f"passes {join_names(site.unknown)}, not a field of the definition at "
+            f"{definition.source}",
+            list(site.unknown),
         )
     if site.extra_positional:
+        add(
+            "CAM004",
+            f"passes {site.extra_positional} positional argument(s) beyond the "
+            f"{len(definition.positional)} positional fields of the definition at "
+            f"{definition.source}",
+            [],
+        )
+    return findings
+
+
+def definition_findings(index: Index, defs: Definitions, first_path: str) -> list[Finding]:
+    """CAM005 for every definition but the one used; CAM007 once when there is none."""
+    if defs.primary is None:
+        if not any(facts["sites"] for _, facts in index.loaded()):
+            return []
+        return [
+            Finding(
+                first_path,
+                0,
+                0,
+                "CAM007",
+                f"the audited tree defines no {CAM_NAME} dataclass: construction sites are "
+                "not checked (give --definition FILE, or a PATH holding the definition)",
+                (CAM_NAME,),
+            )
+        ]
+    findings = []
+    for number, _, definition in defs.found:
+        if definition is defs.primary:
+            continue
+        entry = index.entries[number]
+        line = int(definition.source.rsplit(":", 1)[1])
         findings.append(
-            finding(
-                INVALID,
-                "CAM004",
-                f"passes {site.extra_positional} positional argument(s) beyond the "
-                f"{len(definition.positional)} positional fields of the definition at "
-                f"{definition.source}",
-                (),
+            Finding(
+                entry.display,
+                line,
+                0,
+                "CAM005",
+                f"another {CAM_NAME} dataclass; sites that resolve to it are checked against "
+                f"it, the others against {defs.primary.source}",
+                (CAM_NAME,),
+                file=entry.path,
+                relpath=entry.relpath,
             )
         )
     return findings
 
 
-def audit_construction(
-    tree: SourceTree | PathArgs,
-    definition: CamDefinition | None = None,
-    *,
-    exclude: Sequence[str] = (),
-) -> list[Finding]:
-    """Findings for every construction site of `tree` (a parsed tree, or path(s) to load).
+def find_construction_sites(
+    root: Any, *, exclude: Any = (), strict: bool = True
+) -> list[ConstructionSite]:
+    """Every construction site under `root` (a path or several), bound to its definition.
 
-    Without `definition`, the tree's own is resolved (`resolve_definition`; its CAM005
-    warnings are included). Files that do not parse are skipped here; `run_audit` reports
-    them. Sites whose lines carry ``# conformance-audit: ignore[CODE]`` drop that code.
+    With `strict`, a tree with named problems raises `TreeParseError`.
     """
-    tree = as_tree(tree, exclude)
-    findings: list[Finding] = []
-    if definition is None:
-        resolved = resolve_definition(tree)
-        definition = resolved.definition
-        findings += resolved.warnings
-    for file in tree.files:
-        for site in sites_in_file(file, definition):
-            findings.extend(
-                f
-                for f in check_site(site, definition)
-                if "*" not in site.ignored and f.code not in site.ignored
-            )
-    return findings
+    from conformance.audit.config import Config
+    from conformance.audit.engine import build_index
+    from conformance.audit.loader import Options
+
+    paths = [root] if isinstance(root, (str, bytes)) or hasattr(root, "__fspath__") else list(root)
+    index, problems = build_index(paths, Config(exclude=tuple(exclude)), Options(jobs=1))
+    if strict and problems:
+        raise TreeParseError(problems)
+    defs = Definitions(index)
+    return [site for _, _, _, site in iter_sites(index, defs)]
+
+
+def audit_construction(root: Any, *, exclude: Any = ()) -> list[Finding]:
+    """The construction findings (all severities, noqa applied) under `root`."""
+    from conformance.audit.engine import run_audit
+
+    paths = [root] if isinstance(root, (str, bytes)) or hasattr(root, "__fspath__") else list(root)
+    return run_audit(paths, audits=("construction",), exclude=exclude).findings
+
+
+class TreeParseError(ValueError):
+    """A strict caller's tree holds named problems (unparsable or unreadable files)."""
+
+    def __init__(self, problems: Any) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(p.to_text() for p in self.problems))

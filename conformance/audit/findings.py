@@ -1,43 +1,45 @@
-"""Records the static audits produce, and their text and JSON renderings.
+"""Records the static audits produce: findings, named problems, and the rule table.
 
-A `Finding` is one problem at one source location; a `ParseFailure` is a file the audit
-could not read or parse. Text lines read ``path:line: CODE message`` (the compiler
-convention, so editors can jump to them); JSON carries every field.
+A `Finding` is one rule broken at one source location; a `Problem` is a file or folder the
+audit could not read (a FIFO, a link loop, a syntax error, ...). Text lines read
+``path:line: CODE message`` so editors can jump to them.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
-# Finding kinds. Every kind but WARNING makes the audit exit 1.
-MISSING = "missing"
-"""A field or attribute a consumer needs is left out."""
-DEPRECATED = "deprecated"
-"""A deprecated field is passed."""
-INVALID = "invalid"
-"""A call that would raise at run time (unknown field, too many positional arguments)."""
-UNVERIFIABLE = "unverifiable"
-"""`**kwargs`-style unpacking hides whether a needed name is given."""
-WARNING = "warning"
-"""Worth a look, but not a failure: printed, never changes the exit status."""
+ERROR, WARNING, INFO = "error", "warning", "info"
+SEVERITIES: tuple[str, ...] = (ERROR, WARNING, INFO)
+"""Most severe first."""
 
-KINDS: tuple[str, ...] = (MISSING, DEPRECATED, INVALID, UNVERIFIABLE, WARNING)
 
-# Finding codes: one per check, stable (they appear in suppression comments).
-CODES: Mapping[str, str] = {
-    "CAM001": "CommonAttentionMetadata construction leaves out a needed field",
-    "CAM002": "CommonAttentionMetadata construction passes a deprecated field",
-    "CAM003": "CommonAttentionMetadata construction cannot be checked (argument unpacking)",
-    "CAM004": "CommonAttentionMetadata construction passes an unknown field or too many "
-    "positional arguments",
-    "CAM005": "several CommonAttentionMetadata dataclasses in the audited tree",
-    "STUB001": "layer stub stored in a static_forward_context lacks protocol attributes",
-    "STUB002": "layer stub cannot be checked (argument unpacking)",
-    "STUB003": "layer stub is not an AttentionLayerBase subclass (type-filtered lookups skip it)",
-    "STUB004": "object.__new__ stand-in lacks protocol attributes",
+@dataclass(frozen=True)
+class Rule:
+    """One rule: its code, default severity and a one-line summary."""
+
+    code: str
+    severity: str
+    summary: str
+
+
+RULES: Mapping[str, Rule] = {
+    r.code: r
+    for r in (
+        Rule("CAM001", ERROR, "construction leaves out a field the definition or a consumer needs"),
+        Rule("CAM002", WARNING, "construction passes a deprecated field"),
+        Rule("CAM003", WARNING, "construction unpacks *args/**kwargs that may hide a needed field"),
+        Rule("CAM004", ERROR, "construction passes an unknown field or too many positionals"),
+        Rule("CAM005", WARNING, "several CommonAttentionMetadata dataclasses in the tree"),
+        Rule("CAM006", WARNING, "a test passes None on purpose for a field a consumer needs"),
+        Rule("CAM007", WARNING, "the tree defines no CommonAttentionMetadata dataclass"),
+        Rule("STUB001", ERROR, "layer stub lacks attributes the builder it reaches reads"),
+        Rule("STUB002", WARNING, "layer stub built with **mapping may lack builder attributes"),
+        Rule("STUB003", INFO, "layer stub is not an AttentionLayerBase subclass"),
+        Rule("STUB004", ERROR, "object.__new__ stand-in lacks attributes its used methods read"),
+    )
 }
 
 
@@ -46,36 +48,45 @@ class Finding:
     """One problem at one source location."""
 
     path: str
-    """The file, as displayed (see `tree.SourceFile.display`)."""
+    """The file, as displayed (the PATH joined with the path below it)."""
     line: int
     col: int
-    kind: str
-    """One of `KINDS`."""
     code: str
-    """One of `CODES`."""
+    """One of `RULES`."""
     message: str
     names: tuple[str, ...] = ()
-    """The fields or attributes the finding is about (missing, deprecated, unknown)."""
+    """The fields or attributes the finding is about."""
     qualname: str = "<module>"
     """The enclosing function or class, as Python's `__qualname__` spells it."""
+    severity: str = ""
+    """error, warning or info (the rule's default unless configured)."""
+    file: str = ""
+    """The file on disk (absolute), for baselines and per-file ignores."""
+    relpath: str = ""
+    """The file below its PATH."""
+    span: tuple[int, int] = (0, 0)
+    """The source lines a ``# noqa`` comment may sit on (the call, or the storing statement)."""
 
-    @property
-    def fails(self) -> bool:
-        """Whether this finding makes the audit exit 1 (everything but warnings)."""
-        return self.kind != WARNING
+    def __post_init__(self) -> None:
+        if not self.severity:
+            object.__setattr__(self, "severity", RULES[self.code].severity)
+
+    def with_severity(self, severity: str) -> Finding:
+        """This finding with another severity."""
+        return replace(self, severity=severity)
 
     def to_text(self) -> str:
         """``path:line: CODE message``."""
         return f"{self.path}:{self.line}: {self.code} {self.message}"
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
+        """A JSON-ready dict (docs/audit.md gives the schema)."""
         return {
             "path": self.path,
             "line": self.line,
             "col": self.col,
-            "kind": self.kind,
             "code": self.code,
+            "severity": self.severity,
             "message": self.message,
             "names": list(self.names),
             "qualname": self.qualname,
@@ -83,77 +94,23 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class ParseFailure:
-    """A file the audit could not read or parse; the rest of the tree is still audited."""
+class Problem:
+    """A file or folder the audit could not read; the rest of the tree is still audited."""
 
     path: str
     line: int
-    col: int
+    name: str
+    """symlink-loop, unreadable, unreadable-dir, unlistable-dir, not-a-regular-file,
+    too-large, syntax-error, not-utf8, nul-byte, too-deep, dangling-link."""
     message: str
 
     def to_text(self) -> str:
-        """``path:line: PARSE message``."""
-        return f"{self.path}:{self.line}: PARSE cannot parse: {self.message}"
+        """``path:line: PROBLEM name: message``."""
+        return f"{self.path}:{self.line}: PROBLEM {self.name}: {self.message}"
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
-        return {"path": self.path, "line": self.line, "col": self.col, "message": self.message}
-
-
-@dataclass
-class AuditReport:
-    """Everything one audit run found, plus what it audited against."""
-
-    findings: list[Finding] = field(default_factory=list)
-    errors: list[ParseFailure] = field(default_factory=list)
-    files_audited: int = 0
-    audits: tuple[str, ...] = ()
-    context: dict[str, Any] = field(default_factory=dict)
-    """Provenance: where the CAM definition and the layer protocol came from."""
-
-    def sorted_findings(self) -> list[Finding]:
-        """Findings ordered by path, line, column and code."""
-        return sorted(self.findings, key=lambda f: (f.path, f.line, f.col, f.code))
-
-    @property
-    def exit_code(self) -> int:
-        """2 on any parse failure, else 1 on any failing finding, else 0."""
-        if self.errors:
-            return 2
-        if any(f.fails for f in self.findings):
-            return 1
-        return 0
-
-    def summary(self) -> str:
-        """One line: counts of findings, warnings, parse failures and files."""
-        failing = sum(f.fails for f in self.findings)
-        warnings = len(self.findings) - failing
-        parts = [
-            f"{failing} finding{'s' if failing != 1 else ''}",
-            f"{warnings} warning{'s' if warnings != 1 else ''}",
-            f"{len(self.errors)} unparsable file{'s' if len(self.errors) != 1 else ''}",
-            f"{self.files_audited} file{'s' if self.files_audited != 1 else ''} audited",
-        ]
-        return "audit: " + ", ".join(parts) + f" (exit {self.exit_code})"
-
-    def to_text(self) -> str:
-        """Parse failures first, then findings, one per line."""
-        lines = [e.to_text() for e in sorted(self.errors, key=lambda e: (e.path, e.line))]
-        lines += [f.to_text() for f in self.sorted_findings()]
-        return "\n".join(lines)
-
-    def to_json(self) -> str:
-        """The whole report as a JSON document (see docs/audit.md for the schema)."""
-        document = {
-            "version": 1,
-            "exit_code": self.exit_code,
-            "audits": list(self.audits),
-            "files_audited": self.files_audited,
-            "findings": [f.to_json() for f in self.sorted_findings()],
-            "errors": [e.to_json() for e in sorted(self.errors, key=lambda e: (e.path, e.line))],
-            **self.context,
-        }
-        return json.dumps(document, indent=2, sort_keys=False)
+        """A JSON-ready dict."""
+        return {"path": self.path, "line": self.line, "problem": self.name, "message": self.message}
 
 
 def join_names(names: Iterable[str]) -> str:

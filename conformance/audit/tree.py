@@ -1,27 +1,25 @@
-"""Reading a source tree for the static audits: files, parse trees, scopes, suppressions.
+"""Walking a source tree safely: which files to audit, and the named problems of the rest.
 
-`load_tree` walks every ``.py`` file under the given paths (skipping VCS folders, nox/tox
-and virtual environments, caches), parses each one and collects the files that do not
-parse as `ParseFailure`s instead of stopping. Paths are displayed *as given*: the PATH
-argument joined with the file's path below it (``audit .`` shows ``benchmarks/x.py``,
-``audit ../vllm`` shows ``../vllm/benchmarks/x.py``), so every printed path opens from the
-directory the audit was started in.
+`walk` lists every ``.py`` file below the given PATHs without ever opening anything that is
+not a regular file (each entry is ``stat``-ed first: FIFOs, devices and sockets are named
+problems, never read), following directory links but naming a link loop instead of
+looping, and naming unreadable or unlistable directories instead of skipping them. Paths are
+displayed *as given*: the PATH joined with the file's path below it, so every printed path
+opens from the directory the audit was started in.
 """
 
 from __future__ import annotations
 
-import ast
+import errno
 import fnmatch
 import os
-import re
-from collections.abc import Iterable, Iterator, Sequence
+import stat
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from conformance.audit.findings import ParseFailure
+from conformance.audit.findings import Problem
 from conformance.errors import ConformanceError
 
-# Folder names never descended into.
 SKIP_DIR_NAMES: frozenset[str] = frozenset(
     {
         ".git",
@@ -40,124 +38,65 @@ SKIP_DIR_NAMES: frozenset[str] = frozenset(
         "site-packages",
     }
 )
+"""Folder names never descended into (also ``*.egg-info`` and virtual environments)."""
 
-_SUPPRESSION = re.compile(r"#\s*conformance-audit:\s*ignore(?:\[(?P<codes>[A-Za-z0-9_,\s]+)\])?")
-
-
-class TreeParseError(ConformanceError):
-    """A library caller asked for a strict audit and some files do not parse."""
-
-    def __init__(self, failures: Sequence[ParseFailure]) -> None:
-        self.failures = tuple(failures)
-        listed = "; ".join(f"{f.path}:{f.line}: {f.message}" for f in self.failures)
-        super().__init__(f"{len(self.failures)} file(s) do not parse: {listed}")
+_SUPPORT_FOLDERS = frozenset({"tests", "test", "benchmarks"})
 
 
 class AuditPathError(ConformanceError, FileNotFoundError):
-    """A PATH given to the audit does not exist or is not a directory or ``.py`` file."""
+    """A PATH given to the audit cannot be audited (missing, a FIFO, a link loop, ...)."""
 
 
-@dataclass
-class SourceFile:
-    """One parsed Python file."""
+@dataclass(frozen=True)
+class FileEntry:
+    """One ``.py`` file to audit."""
 
-    path: Path
-    """Where the file is on disk."""
+    path: str
+    """Where it is on disk (as reached, links not resolved)."""
     display: str
     """How findings name it: the PATH as given joined with `relpath`."""
     relpath: str
-    """Path below the audited PATH, ``/``-separated (the file name for a file PATH)."""
-    module: ast.Module
-    text: str
-    """The source, decoded (undecodable bytes replaced): a cheap pre-filter for audits."""
-    _suppressions: dict[int, frozenset[str] | None] | None = field(default=None, repr=False)
+    """Below its PATH, ``/``-separated (the file name for a file PATH)."""
+    root: str
+    """The PATH it was found under, as given."""
+    size: int
 
     @property
-    def lines(self) -> list[str]:
-        """The source lines."""
-        return self.text.splitlines()
+    def is_support(self) -> bool:
+        """Test or benchmark code: under ``tests``/``test``/``benchmarks``, or named
+        ``test_*.py``, ``*_test.py`` or ``conftest.py``."""
+        return is_support_path(self.relpath)
 
-    def suppressed(self, code: str, first_line: int, last_line: int | None = None) -> bool:
-        """Whether a ``# conformance-audit: ignore[...]`` comment on lines
-        `first_line`..`last_line` silences `code` (a bare ``ignore`` silences every code)."""
-        codes = self.suppressions(first_line, last_line)
-        return "*" in codes or code in codes
 
-    def suppressions(self, first_line: int, last_line: int | None = None) -> frozenset[str]:
-        """The codes ``# conformance-audit: ignore[...]`` comments silence on lines
-        `first_line`..`last_line`; ``"*"`` stands for a bare ``ignore`` (every code)."""
-        if self._suppressions is None:
-            self._suppressions = {}
-            for number, line in enumerate(self.lines, start=1):
-                if "conformance-audit" not in line:
-                    continue
-                match = _SUPPRESSION.search(line)
-                if match is None:
-                    continue
-                codes = match.group("codes")
-                self._suppressions[number] = (
-                    None
-                    if codes is None
-                    else frozenset(c.strip().upper() for c in codes.split(",") if c.strip())
-                )
-        found: set[str] = set()
-        for number in range(first_line, (last_line or first_line) + 1):
-            if number in self._suppressions:
-                codes = self._suppressions[number]
-                found |= {"*"} if codes is None else codes
-        return frozenset(found)
+def is_support_path(relpath: str) -> bool:
+    """Whether `relpath` is test or benchmark code (see `FileEntry.is_support`)."""
+    *folders, name = relpath.split("/")
+    return (
+        any(f in _SUPPORT_FOLDERS for f in folders)
+        or name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+    )
 
 
 @dataclass
-class SourceTree:
-    """The parsed files of one audit, and the files that did not parse."""
+class Walk:
+    """The files found and the problems met on the way."""
 
-    files: list[SourceFile]
-    failures: list[ParseFailure]
-
-
-def load_tree(paths: Iterable[str | os.PathLike[str]], exclude: Sequence[str] = ()) -> SourceTree:
-    """Parse every ``.py`` file under `paths` (directories or files).
-
-    `exclude` holds glob patterns matched against each file's or folder's path below its
-    PATH and against its bare name. Raises `AuditPathError` for a PATH that does not exist.
-    A file seen through two PATHs is read once.
-    """
-    files: list[SourceFile] = []
-    failures: list[ParseFailure] = []
-    seen: set[Path] = set()
-    for given in paths:
-        given_text = os.fspath(given)
-        for path, relpath in _iter_python_files(given_text, exclude):
-            real = path.resolve()
-            if real in seen:
-                continue
-            seen.add(real)
-            display = _display_path(given_text, relpath, is_dir=Path(given_text).is_dir())
-            parsed = _parse(path, display, relpath)
-            if isinstance(parsed, ParseFailure):
-                failures.append(parsed)
-            else:
-                files.append(parsed)
-    return SourceTree(files=files, failures=failures)
+    files: list[FileEntry] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
 
 
-PathArgs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
-"""One path or several, as the audit functions accept them."""
-
-
-def as_tree(source: SourceTree | PathArgs, exclude: Sequence[str] = ()) -> SourceTree:
-    """`source` itself if it is a `SourceTree`, else `load_tree` of the path(s) it names."""
-    if isinstance(source, SourceTree):
-        return source
-    paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-    return load_tree(paths, exclude)
-
-
-def _display_path(given: str, relpath: str, *, is_dir: bool) -> str:
-    if not is_dir:
-        return given
-    return os.path.normpath(os.path.join(given, relpath))
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
 
 
 def _excluded(relpath: str, exclude: Sequence[str]) -> bool:
@@ -165,142 +104,144 @@ def _excluded(relpath: str, exclude: Sequence[str]) -> bool:
     return any(fnmatch.fnmatch(relpath, p) or fnmatch.fnmatch(name, p) for p in exclude)
 
 
-def _iter_python_files(given: str, exclude: Sequence[str]) -> Iterator[tuple[Path, str]]:
-    root = Path(given)
-    if root.is_file():
-        yield root, root.name
+def _display(given: str, relpath: str) -> str:
+    return os.path.normpath(os.path.join(given, relpath))
+
+
+def _stat_problem(display: str, exc: OSError) -> Problem:
+    if exc.errno == errno.ELOOP:
+        return Problem(display, 0, "symlink-loop", "a symbolic link loop; not followed")
+    if exc.errno == errno.ENOENT:
+        return Problem(display, 0, "dangling-link", "a symbolic link to nothing")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return Problem(display, 0, "unreadable", f"cannot stat: {exc.strerror}")
+    return Problem(display, 0, "unreadable", f"cannot stat: {exc.strerror or exc}")
+
+
+def check_path(given: str) -> os.stat_result:
+    """``stat`` a PATH argument; `AuditPathError` with a proper message when it cannot be
+    audited (missing, a link loop, a FIFO or device, unreadable)."""
+    try:
+        info = os.stat(given)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise AuditPathError(f"audit PATH {given!r}: a symbolic link loop") from None
+        if exc.errno == errno.ENOENT:
+            raise AuditPathError(f"audit PATH {given!r}: no such file or directory") from None
+        raise AuditPathError(f"audit PATH {given!r}: cannot stat: {exc.strerror}") from None
+    if stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode):
+        return info
+    raise AuditPathError(
+        f"audit PATH {given!r}: {_kind(info.st_mode)}, not a directory or .py file (never opened)"
+    )
+
+
+def walk(paths: Iterable[str | os.PathLike[str]], exclude: Sequence[str] = ()) -> Walk:
+    """Every ``.py`` file below `paths`, and the named problems met.
+
+    Raises `AuditPathError` for a PATH that cannot be audited at all. A file reached twice
+    (two PATHs, or a link) is listed once.
+    """
+    given_paths = [os.fspath(p) for p in paths]
+    infos = [check_path(g) for g in given_paths]
+    result = Walk()
+    seen: set[tuple[int, int]] = set()
+    for given, info in zip(given_paths, infos, strict=True):
+        if stat.S_ISREG(info.st_mode):
+            if (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                name = os.path.basename(given)
+                result.files.append(FileEntry(given, given, name, given, info.st_size))
+            continue
+        _walk_dir(given, given, "", (info.st_dev, info.st_ino), (), exclude, seen, result)
+    return result
+
+
+def _walk_dir(
+    given: str,
+    folder: str,
+    rel: str,
+    ident: tuple[int, int],
+    ancestors: tuple[tuple[int, int], ...],
+    exclude: Sequence[str],
+    seen: set[tuple[int, int]],
+    result: Walk,
+) -> None:
+    display = _display(given, rel or ".")
+    if ident in ancestors:
+        result.problems.append(
+            Problem(display, 0, "symlink-loop", "a directory link back to its own ancestor")
+        )
         return
-    if not root.is_dir():
-        raise AuditPathError(f"audit PATH {given!r}: no such file or directory")
-    for folder, dirnames, filenames in os.walk(root):
-        folder_path = Path(folder)
-        rel_folder = folder_path.relative_to(root).as_posix()
-        kept = []
-        for name in sorted(dirnames):
-            rel = name if rel_folder == "." else f"{rel_folder}/{name}"
+    if ident in seen:
+        return
+    seen.add(ident)
+    try:
+        with os.scandir(folder) as iterator:
+            entries = sorted(iterator, key=lambda e: e.name)
+    except OSError as exc:
+        enterable = os.access(folder, os.X_OK)
+        name = "unlistable-dir" if enterable else "unreadable-dir"
+        why = "can be entered but not listed" if enterable else "cannot be read"
+        result.problems.append(Problem(display, 0, name, f"{why}: {exc.strerror or exc}"))
+        return
+    chain = (*ancestors, ident)
+    for entry in entries:
+        child_rel = f"{rel}/{entry.name}" if rel else entry.name
+        if _excluded(child_rel, exclude):
+            continue
+        child_display = _display(given, child_rel)
+        try:
+            info = os.stat(entry.path)  # follows links; never opens
+        except OSError as exc:
+            if entry.name.endswith(".py") or entry.is_symlink():
+                result.problems.append(_stat_problem(child_display, exc))
+            continue
+        if stat.S_ISDIR(info.st_mode):
             if (
-                name in SKIP_DIR_NAMES
-                or name.endswith(".egg-info")
-                or (folder_path / name / "pyvenv.cfg").exists()
-                or _excluded(rel, exclude)
+                entry.name in SKIP_DIR_NAMES
+                or entry.name.endswith(".egg-info")
+                or os.path.lexists(os.path.join(entry.path, "pyvenv.cfg"))
             ):
                 continue
-            kept.append(name)
-        dirnames[:] = kept
-        for name in sorted(filenames):
-            if not name.endswith(".py"):
-                continue
-            rel = name if rel_folder == "." else f"{rel_folder}/{name}"
-            if not _excluded(rel, exclude):
-                yield folder_path / name, rel
+            key = (info.st_dev, info.st_ino)
+            _walk_dir(given, entry.path, child_rel, key, chain, exclude, seen, result)
+        elif entry.name.endswith(".py"):
+            key = (info.st_dev, info.st_ino)
+            if not stat.S_ISREG(info.st_mode):
+                result.problems.append(
+                    Problem(
+                        child_display, 0, "not-a-regular-file", f"{_kind(info.st_mode)}; not opened"
+                    )
+                )
+            elif key not in seen:
+                seen.add(key)
+                result.files.append(
+                    FileEntry(entry.path, child_display, child_rel, given, info.st_size)
+                )
 
 
-def _parse(path: Path, display: str, relpath: str) -> SourceFile | ParseFailure:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return ParseFailure(display, 0, 0, f"cannot read: {exc.strerror or exc}")
-    try:
-        module = ast.parse(data, filename=display)
-    except SyntaxError as exc:
-        return ParseFailure(display, exc.lineno or 0, exc.offset or 0, exc.msg)
-    except ValueError as exc:  # null bytes, on older Pythons
-        return ParseFailure(display, 0, 0, str(exc))
-    text = data.decode("utf-8", errors="replace")
-    return SourceFile(path, display, relpath, module, text)
-
-
-# ---------------------------------------------------------------------------- scopes
-
-
-@dataclass
-class Scope:
-    """The nodes that run in one module, class body or function body."""
-
-    node: ast.AST
-    kind: str
-    """``module``, ``class`` or ``function`` (lambdas included)."""
-    qualname: str
-    """``<module>``, or the function's / class's `__qualname__`."""
-    nodes: list[ast.AST]
-    """Every node of this scope in source order, nested def and class bodies left out."""
-
-
-_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-
-
-def iter_scopes(module: ast.Module) -> list[Scope]:
-    """Every scope of `module`, outermost first."""
-    scopes: list[Scope] = []
-    pending: list[tuple[ast.AST, str, str]] = [(module, "module", "<module>")]
-    while pending:
-        node, kind, qualname = pending.pop(0)
-        own, nested = _scope_members(node)
-        scopes.append(Scope(node, kind, qualname, own))
-        for child in nested:
-            pending.append((child, *_child_scope(child, kind, qualname)))
-    return scopes
-
-
-def _child_scope(child: ast.AST, parent_kind: str, parent_qualname: str) -> tuple[str, str]:
-    name = "<lambda>" if isinstance(child, ast.Lambda) else child.name  # type: ignore[attr-defined]
-    kind = "class" if isinstance(child, ast.ClassDef) else "function"
-    if parent_kind == "module":
-        return kind, name
-    if parent_kind == "function":
-        return kind, f"{parent_qualname}.<locals>.{name}"
-    return kind, f"{parent_qualname}.{name}"
-
-
-def _scope_members(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
-    if isinstance(node, ast.Lambda):
-        stack: list[ast.AST] = [node.body]
-    else:
-        stack = list(node.body)  # type: ignore[attr-defined]
-    own: list[ast.AST] = []
-    nested: list[ast.AST] = []
-    while stack:
-        current = stack.pop()
-        own.append(current)
-        if isinstance(current, _FUNCTIONS):
-            nested.append(current)
-            args = current.args
-            stack.extend(args.defaults)
-            stack.extend(d for d in args.kw_defaults if d is not None)
-            if not isinstance(current, ast.Lambda):
-                stack.extend(current.decorator_list)
-        elif isinstance(current, ast.ClassDef):
-            nested.append(current)
-            stack.extend(current.decorator_list)
-            stack.extend(current.bases)
-            stack.extend(k.value for k in current.keywords)
-        else:
-            stack.extend(ast.iter_child_nodes(current))
-    own.sort(key=_position)
-    nested.sort(key=_position)
-    return own, nested
-
-
-def _position(node: ast.AST) -> tuple[int, int]:
-    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-
-
-# ---------------------------------------------------------------------------- helpers
-
-
-def terminal_name(node: ast.AST) -> str | None:
-    """The last name of a dotted expression: ``a.b.c`` → ``c``, ``X[int]`` → ``X``."""
-    if isinstance(node, ast.Subscript):
-        node = node.value
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return None
-
-
-def constant_str(node: ast.AST | None) -> str | None:
-    """The value of a string literal, else None."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    return None
+def module_names(entry: FileEntry, package_dirs: set[str]) -> list[str]:
+    """Dotted module names `entry` is importable as: by its package chain (folders holding
+    ``__init__.py``), and by its path below its PATH (namespace-package style)."""
+    parts = entry.relpath[:-3].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    names = []
+    if all(p.isidentifier() for p in parts) and parts:
+        names.append(".".join(parts))
+    folder = os.path.dirname(os.path.abspath(entry.path))
+    chain = [] if os.path.basename(entry.path) == "__init__.py" else [parts[-1] if parts else ""]
+    while folder in package_dirs or os.path.isfile(os.path.join(folder, "__init__.py")):
+        package_dirs.add(folder)
+        chain.insert(0, os.path.basename(folder))
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    chain = [c for c in chain if c]
+    if chain and all(c.isidentifier() for c in chain):
+        dotted = ".".join(chain)
+        if dotted not in names:
+            names.insert(0, dotted)
+    return names

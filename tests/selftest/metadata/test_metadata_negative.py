@@ -23,6 +23,8 @@ from conformance.metadata import record as metadata
 from conformance.metadata import validator as validate_module
 from conformance.metadata.record import CommonAttentionMetadata
 
+MLA_BUILDER = str(Path(metadata.__file__).parents[2] / "backends" / "common.py")
+
 FAMILY_A = Path(__file__).resolve().parents[2] / "conformance" / "test_metadata.py"
 
 
@@ -130,20 +132,24 @@ def test_construction_site_missing_a_field_fails_family_a(pytester, monkeypatch,
     broken = tmp_path / "benchmarks" / "runner.py"
     broken.parent.mkdir()
     broken.write_text(
+        "from backends.common import MLACommonBuilder\n"
         "from conformance.metadata.record import CommonAttentionMetadata\n\n\n"
-        "def build(**required):\n"
-        "    return CommonAttentionMetadata(\n"
+        "def build(**required):  # feeds MLACommonBuilder\n"
+        "    return MLACommonBuilder, CommonAttentionMetadata(\n"
         + "".join(f"        {name}=required[{name!r}],\n" for name in metadata.REQUIRED_FIELDS)
         + "    )\n"
     )
     real = construction.audit_construction
     monkeypatch.setattr(
-        construction, "audit_construction", lambda *a, **k: [*real(*a, **k), *real(tmp_path)]
+        construction,
+        "audit_construction",
+        # The record's definition and a consumer (the MLA builder) travel with the tree.
+        lambda *a, **k: [*real(*a, **k), *real([tmp_path, metadata.__file__, MLA_BUILDER])],
     )
     family_a_fails(
         pytester,
         "construction_audit_is_clean",
-        f"*{broken}:5: CAM001 *seq_lens_cpu_upper_bound*",
+        f"*{broken}:6: CAM001 *seq_lens_cpu_upper_bound*",
         failed=1,
     )
 

@@ -151,11 +151,15 @@ def test_static_audit_reports_the_52139_stub_file_and_line(tmp_path):
 
 
 def test_audit_command_reports_the_52139_stub_and_passes_the_fix(tmp_path, capsys):
+    # The tree holds no builder, so the stub is judged against the MLA protocol, given.
+    protocol = tmp_path / "mla_protocol.txt"
+    protocol.write_text("\n".join(sorted(MLA_BUILDER_LAYER_PROTOCOL)) + "\n")
+    stubs = ["audit", "--only", "stubs", "--no-cache", "--protocol", str(protocol)]
     broken = write_52139_tree(tmp_path / "broken", fixed=False)
-    assert conformance_main(["audit", "--only", "stubs", str(tmp_path / "broken")]) == 1
+    assert conformance_main([*stubs, str(tmp_path / "broken")]) == 1
     out = capsys.readouterr().out
     assert f"{broken}:{STUB_LINE_52139}: STUB001" in out, out
     assert "q_lora_rank" in out
     write_52139_tree(tmp_path / "fixed", fixed=True)
-    assert conformance_main(["audit", "--only", "stubs", str(tmp_path / "fixed")]) == 0
+    assert conformance_main([*stubs, str(tmp_path / "fixed")]) == 0
     assert "STUB001" not in capsys.readouterr().out

@@ -1,0 +1,153 @@
+"""One audit run: walk, load (parallel, cached), resolve, check, filter, baseline."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from conformance.audit.baseline import split_known
+from conformance.audit.config import Config
+from conformance.audit.construction import Definitions, audit_sites, consumers, definition_findings
+from conformance.audit.definition import CamDefinition
+from conformance.audit.findings import Finding, Problem
+from conformance.audit.index import Index
+from conformance.audit.loader import DEFAULT_MAX_FILE_SIZE, Options, load_many, load_one
+from conformance.audit.protocol import LayerProtocol, ProtocolFileError, load_protocol_file
+from conformance.audit.report import AuditReport
+from conformance.audit.stubs import StubJudge
+from conformance.audit.tree import walk
+
+AUDITS: tuple[str, ...] = ("construction", "stubs")
+_EMPTY: dict[str, Any] = {"imports": {}, "stars": [], "aliases": {}, "classes": {}}
+
+
+class DefinitionFileError(ProtocolFileError):
+    """A ``--definition`` file without a readable ``CommonAttentionMetadata`` dataclass."""
+
+
+def load_definition_file(path: str) -> CamDefinition:
+    """The ``CommonAttentionMetadata`` dataclass of the file at `path`."""
+    _, facts = load_one((path, path, True, DEFAULT_MAX_FILE_SIZE, None))
+    if isinstance(facts, Problem):
+        raise DefinitionFileError(path, facts.line, f"{facts.name}: {facts.message}")
+    if not isinstance(facts, dict) or not facts["cam_defs"]:
+        raise DefinitionFileError(path, 0, "defines no CommonAttentionMetadata dataclass")
+    raw = facts["cam_defs"][0]
+    return CamDefinition.from_facts(raw, f"{path}:{raw['line']}")
+
+
+def build_index(
+    paths: Sequence[str | os.PathLike[str]], config: Config, options: Options
+) -> tuple[Index, list[Problem]]:
+    """Walk `paths` and load every file's facts (the first pass)."""
+    found = walk(paths, config.exclude)
+    cap = config.max_file_size or options.max_file_size
+    jobs = [
+        (
+            e.path,
+            e.display,
+            e.relpath.endswith("__init__.py") or e.path == e.root,
+            cap,
+            options.cache_dir,
+        )
+        for e in found.files
+    ]
+    problems = list(found.problems)
+    facts: list[Any] = []
+    for _, value in load_many(jobs, options.jobs):
+        if isinstance(value, Problem):
+            problems.append(value)
+            facts.append(dict(_EMPTY))
+        else:
+            facts.append(value)
+    return Index(found.files, facts, cap, options.cache_dir), problems
+
+
+def _noqa(index: Index, by_path: dict[str, int], finding: Finding) -> bool:
+    number = by_path.get(finding.file)
+    if number is None:
+        return False
+    table = index.facts(number).get("noqa", {})
+    first, last = finding.span if finding.span[0] else (finding.line, finding.line)
+    codes = {c for line in range(first, last + 1) for c in table.get(str(line), [])}
+    return "*" in codes or finding.code in codes
+
+
+def run_audit(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    audits: Sequence[str] = AUDITS,
+    protocol: LayerProtocol | None = None,
+    protocol_file: str | os.PathLike[str] | None = None,
+    definition_file: str | None = None,
+    exclude: Sequence[str] = (),
+    config: Config | None = None,
+    baseline: str | None = None,
+    options: Options | None = None,
+) -> AuditReport:
+    """Run `audits` over `paths` and collect one report (docs/audit.md).
+
+    Raises `tree.AuditPathError` for a PATH that cannot be audited, `ProtocolFileError` for
+    a bad protocol or definition file and `baseline.BaselineError` for a bad baseline;
+    named problems of the tree are reported, not raised.
+    """
+    unknown = sorted(set(audits) - set(AUDITS))
+    if unknown:
+        raise ValueError(f"audits: expected some of {list(AUDITS)}, found {unknown}")
+    config = config or Config()
+    if exclude:
+        config = Config(**{**config.__dict__, "exclude": (*config.exclude, *exclude)})
+    options = options or Options()
+    if protocol is None and protocol_file:
+        protocol = load_protocol_file(protocol_file)
+    override = load_definition_file(definition_file) if definition_file else None
+    index, problems = build_index(paths, config, options)
+    raw: list[Finding] = []
+    context: dict[str, Any] = {}
+    if "construction" in audits:
+        defs = Definitions(index, override)
+        raw += definition_findings(index, defs, os.fspath(paths[0]) if paths else ".")
+        if defs.primary is not None:
+            raw += audit_sites(index, defs)
+            context["definition"] = {
+                "source": defs.primary.source,
+                "fields": list(defs.primary.fields),
+                "required": sorted(defs.primary.required),
+                "deprecated": sorted(defs.primary.deprecated),
+            }
+        context["consumers"] = consumers(index)
+    if "stubs" in audits:
+        judge = StubJudge(index, protocol)
+        raw += judge.run()
+        context["stubs"] = {
+            "protocol": protocol.to_json() if protocol else None,
+            "judged": judge.judged,
+            "reaching_no_builder": judge.unreached,
+        }
+    problems += index.late_problems
+    kept: list[Finding] = []
+    suppressed = 0
+    by_path = {e.path: n for n, e in enumerate(index.entries)}
+    for finding in raw:
+        if _noqa(index, by_path, finding):
+            suppressed += 1
+            continue
+        configured = config.apply(finding)
+        if configured is not None:
+            kept.append(configured)
+    known: list[Finding] = []
+    baseline = baseline or config.baseline
+    if baseline:
+        kept, known = split_known(kept, baseline)
+    context["config"] = {"source": config.source, "baseline": baseline}
+    return AuditReport(
+        findings=kept,
+        problems=problems,
+        files_audited=len(index.entries),
+        audits=tuple(a for a in AUDITS if a in audits),
+        fail_on=config.fail_on,
+        known=len(known),
+        suppressed=suppressed,
+        context=context,
+    )

@@ -1,0 +1,208 @@
+"""Per-file facts: what cross-file resolution needs from one module, and nothing more.
+
+`extract` turns a parse tree into a small JSON-ready dict (so it can be cached by content
+hash and shipped between processes): the import table, top-level aliases, every class
+(bases, attributes, string members, what its methods read from layers, from
+`CommonAttentionMetadata` parameters and from ``self``), consumer functions, and the
+construction sites, stored stubs and stand-ins of `usage`. The parse tree itself is dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from conformance.audit import usage
+from conformance.audit.astutil import constant_str, dotted, iter_scopes, terminal
+from conformance.audit.definition import definition_facts
+
+FACTS_VERSION = 9
+"""Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
+
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
+_LEGACY = re.compile(r"#\s*conformance-audit:\s*ignore(?:\[(?P<codes>[A-Za-z0-9_,\s]+)\])?")
+_DOTTED_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+def suppressions(text: str) -> dict[str, list[str]]:
+    """Line → codes silenced on it: ``# noqa: CODE[, CODE]`` (bare ``# noqa`` silences all,
+    ``"*"``) and the older ``# conformance-audit: ignore[CODE]``."""
+    table: dict[str, list[str]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if "noqa" not in line and "conformance-audit" not in line:
+            continue
+        for pattern in (_NOQA, _LEGACY):
+            match = pattern.search(line)
+            if match is None:
+                continue
+            codes = match.group("codes")
+            found = ["*"] if codes is None else [c.upper() for c in re.split(r"[\s,]+", codes) if c]
+            table.setdefault(str(number), []).extend(found)
+    return table
+
+
+def extract(module: ast.Module, text: str) -> dict[str, Any]:
+    """The facts of one parsed module (see the module docstring)."""
+    scopes = list(iter_scopes(module))
+    every = [node for scope in scopes for node in scope.nodes]
+    imports, stars = _imports(every)
+    facts: dict[str, Any] = {
+        "v": FACTS_VERSION,
+        "imports": imports,
+        "stars": stars,
+        "aliases": _aliases(module),
+        "classes": {},
+        "functions": {},
+        "sites": [],
+        "stores": [],
+        "standins": [],
+        "refs": {},
+        "noqa": suppressions(text),
+        "cam_defs": [],
+    }
+    cam_names = {usage.CAM_NAME} | {
+        local for local, (_, _, name) in imports.items() if name == usage.CAM_NAME
+    }
+    cam_names |= {a for a, ref in facts["aliases"].items() if ref.endswith(usage.CAM_NAME)}
+    ns_names = {local for local, (_, mod, name) in imports.items() if name == "SimpleNamespace"}
+    wants_cam = usage.CAM_NAME in text or "common_attn_metadata" in text
+    wants_layers = usage.CONTEXT in text or usage.TYPED_LOOKUP in text
+    wants_standins = "__new__" in text
+    by_name = {scope.qualname: scope for scope in scopes}
+    for scope in scopes:
+        if scope.kind == "class":
+            facts["classes"][scope.qualname] = _class_facts(
+                scope.node,
+                scope.qualname,
+                by_name,
+                wants_layers,
+                wants_cam,  # type: ignore[arg-type]
+            )
+            if scope.node.name == usage.CAM_NAME:  # type: ignore[attr-defined]
+                definition = definition_facts(scope.node)  # type: ignore[arg-type]
+                if definition is not None:
+                    facts["cam_defs"].append(definition)
+            continue
+        if (
+            scope.kind == "function"
+            and wants_cam
+            and "." not in scope.qualname.replace(".<locals>.", "")
+        ):
+            needs = usage.consumer_needs(scope.node)  # type: ignore[arg-type]
+            if needs is not None:
+                facts["functions"][scope.qualname] = {"cam": needs}
+        found = False
+        if wants_cam:
+            sites = usage.cam_sites(scope, cam_names)
+            facts["sites"] += sites
+            found = found or bool(sites)
+        if (wants_layers or wants_standins) and usage.may_hold_stubs(scope):
+            stores, standins = usage.stubs_in_scope(scope, ns_names)
+            facts["stores"] += stores
+            facts["standins"] += standins
+            found = found or bool(stores)
+        if found:
+            facts["refs"][scope.qualname] = usage.scope_refs(scope)
+    if facts["sites"] or facts["stores"]:
+        facts["refs"]["<file>"] = usage.maximal_refs(every)
+    return facts
+
+
+def _imports(nodes: list[ast.AST]) -> tuple[dict[str, list[Any]], list[list[Any]]]:
+    table: dict[str, list[Any]] = {}
+    stars: list[list[Any]] = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    table[alias.asname] = [0, alias.name, None]
+                else:
+                    head = alias.name.split(".", 1)[0]
+                    table.setdefault(head, [0, head, None])
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*":
+                    stars.append([node.level, node.module or ""])
+                else:
+                    table[alias.asname or alias.name] = [node.level, node.module or "", alias.name]
+    return table, stars
+
+
+def _aliases(module: ast.Module) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for node in module.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            ref = dotted(node.value)
+            for target in node.targets:
+                if isinstance(target, ast.Name) and ref:
+                    found[target.id] = ref
+    return found
+
+
+def _class_facts(
+    node: ast.ClassDef, qualname: str, scopes: dict, wants_layers: bool, wants_cam: bool
+) -> dict[str, Any]:
+    cattrs: set[str] = set()
+    iattrs: set[str] = set()
+    members: dict[str, str] = {}
+    methods: dict[str, Any] = {}
+    layer: dict[str, Any] = {}
+    cam: dict[str, list[str]] = {}
+    returns: dict[str, list[str]] = {}
+    dynamic = False
+    for stmt in node.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            cattrs.add(stmt.name)
+            dynamic = dynamic or stmt.name in ("__getattr__", "__getattribute__")
+            params = [*stmt.args.posonlyargs, *stmt.args.args]
+            self_name = params[0].arg if params else None
+            method_scope = scopes.get(f"{qualname}.{stmt.name}")
+            info = usage.self_usage(
+                method_scope.nodes if method_scope else [], self_name, stmt.body
+            )
+            iattrs |= set(info["sets"])
+            dynamic = dynamic or info.pop("dynamic")
+            refs = info.pop("returns")
+            methods[stmt.name] = info
+            if refs:
+                returns[stmt.name] = refs
+            if wants_layers:
+                reads = usage.layer_reads(stmt)
+                if reads is not None:
+                    layer[stmt.name] = reads
+            if wants_cam:
+                needs = usage.consumer_needs(stmt)
+                if needs is not None:
+                    cam[stmt.name] = needs
+        elif isinstance(stmt, ast.ClassDef):
+            cattrs.add(stmt.name)
+        elif isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                cattrs |= _target_names(target)
+                value = constant_str(stmt.value)
+                if isinstance(target, ast.Name) and value and _DOTTED_PATH.match(value):
+                    members[target.id] = value
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            (cattrs if stmt.value is not None else iattrs).add(stmt.target.id)
+    return {
+        "line": node.lineno,
+        "bases": [dotted(b) for b in node.bases],
+        "cattrs": sorted(cattrs),
+        "iattrs": sorted(iattrs),
+        "dynamic": dynamic,
+        "members": members,
+        "methods": methods,
+        "returns": returns,
+        "layer": layer,
+        "cam": cam,
+        "layer_named": any(terminal(b) == "AttentionLayerBase" for b in node.bases),
+    }
+
+
+def _target_names(target: ast.AST) -> set[str]:
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_target_names(e) for e in target.elts)) if target.elts else set()
+    return set()

@@ -1,0 +1,287 @@
+"""Stub shapes of one scope: values stored into a ``static_forward_context``, and
+``object.__new__`` stand-ins, as JSON-ready facts.
+
+A stored value is read when it is ``SimpleNamespace(...)`` (keywords), a dict literal or
+``dict(...)`` (string keys), ``Cls(...)`` (kind ``instance``: the index decides whether
+``Cls`` is an ad-hoc class of the tree), ``object.__new__(Cls)`` (kind ``standin``), or a
+local name bound to one of those; attributes set on that name later in the scope count.
+Stores: ``ctx[k] = X``, ``ctx = {k: X}``, ``ctx.update(...)``, ``ctx.setdefault(k, X)``, a
+``static_forward_context={k: X}`` keyword, and the same through a local alias of ``ctx``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Any
+
+from conformance.audit.astutil import Scope, constant_str, dotted, terminal
+
+CONTEXT = "static_forward_context"
+_DEPTH = 4
+
+
+class _Facts:
+    """Local bindings and attribute stores of one scope."""
+
+    def __init__(self, scope: Scope, ns_names: set[str]) -> None:
+        self.ns_names = ns_names | {"SimpleNamespace"}
+        self.bindings: dict[str, list[tuple[int, ast.expr]]] = {}
+        self.sets: dict[str, list[tuple[int, str, ast.expr | None]]] = {}
+        self.ctx: set[str] = set()
+        for node in scope.nodes:
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    self._note(target, node.value, node.lineno)
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                self._note(node.target, node.value, node.lineno)
+            elif isinstance(node, ast.Call) and terminal(node.func) in ("setattr", "__setattr__"):
+                args = node.args
+                if len(args) >= 2 and isinstance(args[0], ast.Name) and constant_str(args[1]):
+                    value = args[2] if len(args) > 2 else None
+                    self.sets.setdefault(args[0].id, []).append(
+                        (node.lineno, constant_str(args[1]), value)  # type: ignore[arg-type]
+                    )
+        for name, values in self.bindings.items():
+            if any(_names_context(v) for _, v in values):
+                self.ctx.add(name)
+        for node in scope.nodes:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+                if any(_names_context(t) for t in node.targets):
+                    self.ctx.add(node.value.id)
+
+    def _note(self, target: ast.AST, value: ast.expr | None, line: int) -> None:
+        if isinstance(target, ast.Name) and value is not None:
+            self.bindings.setdefault(target.id, []).append((line, value))
+        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+            self.sets.setdefault(target.value.id, []).append((line, target.attr, value))
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self._note(element, None, line)
+
+    def binding(self, name: str, line: int) -> tuple[int, ast.expr] | None:
+        values = self.bindings.get(name)
+        if not values:
+            return None
+        before = [b for b in values if b[0] <= line]
+        return before[-1] if before else values[0]
+
+    def is_context(self, node: ast.AST) -> bool:
+        return (isinstance(node, ast.Name) and node.id in self.ctx) or _names_context(node)
+
+    def read(self, expr: ast.AST, line: int, depth: int = 0) -> dict[str, Any] | None:
+        """The shape `expr` evaluates to, or None when the audit cannot read it."""
+        if depth > _DEPTH:
+            return None
+        if isinstance(expr, ast.Dict):
+            return self._mapping(
+                "dict literal", expr, list(zip(expr.keys, expr.values, strict=True)), [], depth
+            )
+        if isinstance(expr, ast.Name):
+            bound = self.binding(expr.id, line)
+            if bound is None:
+                return None
+            shape = self.read(bound[1], bound[0], depth + 1)
+            if shape is not None:
+                for set_line, attr, value in self.sets.get(expr.id, []):
+                    if set_line >= bound[0]:
+                        shape["attrs"].append(attr)
+                        inner = self.read(value, set_line, depth + 1) if value is not None else None
+                        if inner is not None:
+                            shape["values"][attr] = inner
+                        else:
+                            shape["values"].pop(attr, None)
+                shape["var"] = expr.id
+            return shape
+        if not isinstance(expr, ast.Call):
+            return None
+        callee = dotted(expr.func)
+        entries = [(ast.Constant(k.arg), k.value) for k in expr.keywords if k.arg]
+        spreads = [k.value for k in expr.keywords if k.arg is None] + list(expr.args)
+        if callee in self.ns_names or (callee or "").endswith("types.SimpleNamespace"):
+            return self._mapping("SimpleNamespace(...)", expr, entries, spreads, depth)
+        if callee == "dict":
+            return self._mapping("dict(...)", expr, entries, spreads, depth)
+        cls = standin_class(expr)
+        if cls is not None:
+            return _shape("standin", f"object.__new__({cls.rsplit('.', 1)[-1]})", expr, cls)
+        if callee is not None:
+            return _shape("instance", f"{callee.rsplit('.', 1)[-1]}(...)", expr, callee)
+        return None
+
+    def _mapping(
+        self, label: str, node: ast.AST, entries: list, spreads: list, depth: int
+    ) -> dict[str, Any]:
+        shape = _shape("mapping", label, node, None)
+        for key, value in entries:
+            if key is None:
+                spreads.append(value)
+                continue
+            text = constant_str(key)
+            if text is None:
+                shape["unpacked"] = True
+                continue
+            shape["attrs"].append(text)
+            inner = self.read(value, getattr(value, "lineno", 0), depth + 1)
+            if inner is not None:
+                shape["values"][text] = inner
+        for spread in spreads:
+            if isinstance(spread, ast.Dict):
+                inner = self._mapping(
+                    label, node, list(zip(spread.keys, spread.values, strict=True)), [], depth
+                )
+                shape["attrs"] += inner["attrs"]
+                shape["values"].update(inner["values"])
+                shape["unpacked"] = shape["unpacked"] or inner["unpacked"]
+            else:
+                shape["unpacked"] = True
+        return shape
+
+
+def _shape(kind: str, label: str, node: ast.AST, cls: str | None) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "label": label,
+        "cls": cls,
+        "attrs": [],
+        "values": {},
+        "unpacked": False,
+        "line": getattr(node, "lineno", 0),
+        "col": getattr(node, "col_offset", 0),
+        "end": getattr(node, "end_lineno", 0) or getattr(node, "lineno", 0),
+    }
+
+
+def _names_context(node: ast.AST) -> bool:
+    text = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+    return text is not None and text.endswith(CONTEXT)
+
+
+def standin_class(call: ast.Call) -> str | None:
+    """``Cls`` (dotted) for ``object.__new__(Cls)`` or ``Cls.__new__(Cls)``, else None."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "__new__" and len(call.args) == 1):
+        return None
+    owner, cls = dotted(func.value), dotted(call.args[0])
+    if owner is None or cls is None or cls == "cls":
+        return None
+    return cls if owner in ("object", cls) else None
+
+
+def _stored(node: ast.AST, facts: _Facts) -> Iterator[ast.expr]:
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if isinstance(target, ast.Subscript) and facts.is_context(target.value):
+                yield node.value
+            elif _names_context(target):
+                yield from _values(node.value, facts, node.lineno)
+    elif isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and facts.is_context(func.value):
+            if func.attr == "update":
+                for arg in node.args:
+                    yield from _values(arg, facts, node.lineno)
+                yield from (k.value for k in node.keywords if k.arg)
+            elif func.attr == "setdefault" and len(node.args) == 2:
+                yield node.args[1]
+        for keyword in node.keywords:
+            if keyword.arg and keyword.arg.endswith(CONTEXT):
+                yield from _values(keyword.value, facts, node.lineno)
+
+
+def _values(node: ast.AST, facts: _Facts, line: int, depth: int = 0) -> Iterator[ast.expr]:
+    if isinstance(node, ast.Dict):
+        yield from (v for k, v in zip(node.keys, node.values, strict=True) if k is not None)
+    elif isinstance(node, ast.Call) and dotted(node.func) == "dict":
+        yield from (k.value for k in node.keywords if k.arg)
+        for arg in node.args:
+            yield from _values(arg, facts, line, depth + 1)
+    elif isinstance(node, ast.Name) and depth < _DEPTH:
+        bound = facts.binding(node.id, line)
+        if bound is not None and not _names_context(bound[1]):
+            yield from _values(bound[1], facts, bound[0], depth + 1)
+
+
+def stubs_in_scope(scope: Scope, ns_names: set[str]) -> tuple[list[dict], list[dict]]:
+    """(stored stubs, stand-ins) of `scope`; each stub carries ``q`` (the scope) and
+    ``store`` / ``store_end`` (the storing statement's lines)."""
+    facts = _Facts(scope, ns_names)
+    stores: list[dict] = []
+    for node in scope.nodes:
+        for value in _stored(node, facts):
+            shape = facts.read(value, getattr(node, "lineno", 0))
+            if shape is None:
+                continue
+            shape.update(q=scope.qualname, store=node.lineno, store_end=node.end_lineno)  # type: ignore[attr-defined]
+            stores.append(shape)
+    standins: list[dict] = []
+    if scope.qualname.rsplit(".", 1)[-1] == "__new__":
+        return stores, standins
+    for node in scope.nodes:
+        if not isinstance(node, ast.Call):
+            continue
+        cls = standin_class(node)
+        if cls is None:
+            continue
+        var = next((n for n, bs in facts.bindings.items() for _, v in bs if v is node), None)
+        standins.append(_standin(node, cls, var, scope, facts))
+    return stores, standins
+
+
+def _raising_blocks(nodes: list[ast.AST]) -> set[int]:
+    found: set[int] = set()
+    for node in nodes:
+        if isinstance(node, ast.With | ast.AsyncWith) and any(
+            isinstance(i.context_expr, ast.Call)
+            and terminal(i.context_expr.func) in ("raises", "assertRaises", "assertRaisesRegex")
+            for i in node.items
+        ):
+            found.update(id(n) for part in node.body for n in ast.walk(part))
+    return found
+
+
+def _standin(node: ast.Call, cls: str, var: str | None, scope: Scope, facts: _Facts) -> dict:
+    record = _shape("standin", f"object.__new__({cls.rsplit('.', 1)[-1]})", node, cls)
+    record.update(q=scope.qualname, var=var, calls=[], reads=[], init=False)
+    if var is None:
+        return record
+    record["attrs"] = sorted({a for line, a, _ in facts.sets.get(var, []) if line >= node.lineno})
+    expected_to_fail = _raising_blocks(scope.nodes)
+    reads: list[tuple[str, int]] = []
+    for other in scope.nodes:
+        if id(other) in expected_to_fail:
+            continue  # inside ``with pytest.raises(...)``: the test expects it to fail
+        if isinstance(other, ast.Call) and isinstance(other.func, ast.Attribute):
+            func = other.func
+            if func.attr == "__init__" and other.args and dotted(other.args[0]) == var:
+                record["init"] = True
+            elif dotted(func.value) == var:
+                (
+                    record.__setitem__("init", True)
+                    if func.attr == "__init__"
+                    else record["calls"].append(func.attr)
+                )
+        elif (
+            isinstance(other, ast.Attribute)
+            and isinstance(other.ctx, ast.Load)
+            and dotted(other.value) == var
+        ):
+            reads.append((other.attr, other.lineno))
+    first_call = min(
+        (
+            n.lineno
+            for n in scope.nodes
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and dotted(n.func.value) == var
+        ),
+        default=None,
+    )
+    if first_call is not None:  # what a call may have set is no requirement afterwards
+        record["reads"] = [r for r, line in reads if line <= first_call]
+    else:
+        record["reads"] = [r for r, _ in reads]
+    record["reads"] = sorted(set(record["reads"]) - set(record["calls"]))
+    record["calls"] = sorted(set(record["calls"]))
+    return record

@@ -1,0 +1,371 @@
+"""What one function does that the audits care about, as JSON-ready facts.
+
+* `layer_reads`: the attributes a builder method reads from layer objects taken out of a
+  ``static_forward_context`` (directly, or through ``get_layers_from_vllm_config(cfg, Type)``,
+  which only yields instances of ``Type``); reads under a branch that inspects the layer
+  (``isinstance``, ``hasattr``, ``is None``) and ``getattr(layer, name, default)`` are not
+  requirements.
+* `consumer_needs`: the `CommonAttentionMetadata` fields a function taking the record
+  dereferences or asserts (``cam.f.x``, ``cam.f[i]``, ``cam.f + 1``, ``assert cam.f is not
+  None``, also through ``v = cam.f``) outside a branch that tests that field for ``None``.
+* `self_usage`: what a method sets on, reads from and calls on ``self``.
+* `cam_sites`, `stubs_in_scope` (`shapes`) and `scope_refs`.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from conformance.audit.astutil import Scope, dotted, guards, parents, terminal
+from conformance.audit.shapes import stubs_in_scope
+
+__all__ = [
+    "cam_sites",
+    "consumer_needs",
+    "layer_reads",
+    "scope_refs",
+    "self_usage",
+    "stubs_in_scope",
+]
+
+CAM_NAME = "CommonAttentionMetadata"
+CONTEXT = "static_forward_context"
+TYPED_LOOKUP = "get_layers_from_vllm_config"
+CAM_PARAM_NAMES = frozenset({"common_attn_metadata", "common_metadata"})
+
+
+def _is_context(node: ast.AST, ctx_names: set[str]) -> bool:
+    text = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+    return text is not None and (text.endswith(CONTEXT) or text in ctx_names)
+
+
+def layer_reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list[Any]] | None:
+    """``[[attr_path, type_filter_or_None], ...]`` read from layers in `func`; None when
+    `func` takes no layer out of a context at all."""
+    ctx_names = {a.arg for a in func.args.args if a.arg.endswith(CONTEXT)}
+    typed: dict[str, str | None] = {}  # name of a get_layers_from_vllm_config result → type
+    layers: dict[str, str | None] = {}  # layer variable → type filter (None: any object)
+    nodes = list(ast.walk(func))
+    for node in nodes:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            if isinstance(target, ast.Name):
+                if _is_context(value, ctx_names):
+                    ctx_names.add(target.id)
+                elif isinstance(value, ast.Call) and terminal(value.func) == TYPED_LOOKUP:
+                    kind = value.args[1] if len(value.args) > 1 else None
+                    kind = kind or next(
+                        (k.value for k in value.keywords if k.arg == "layer_type"), None
+                    )
+                    typed[target.id] = dotted(kind) or "?"
+    touched = False
+    for node in nodes:
+        source = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            source, targets = node.value, [node.targets[0]]
+        elif isinstance(node, (ast.For, ast.comprehension)):
+            source, targets = node.iter, [node.target]
+        else:
+            continue
+        kind = _layer_source(source, ctx_names, typed)
+        if kind is False:
+            continue
+        touched = True
+        for target in targets:
+            if isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                target = target.elts[1]
+            if isinstance(target, ast.Name):
+                layers[target.id] = kind  # type: ignore[assignment]
+    branch = guards(func)
+    up = parents(func)
+    reads: set[tuple[str, str | None]] = set()
+    for node in nodes:
+        if isinstance(node, ast.Call) and terminal(node.func) == "getattr" and len(node.args) == 2:
+            base, key = node.args
+            if isinstance(base, ast.Name) and base.id in layers and isinstance(key, ast.Constant):
+                reads.add((str(key.value), layers[base.id]))
+            continue
+        if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)):
+            continue
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in layers:
+            kind = layers[base.id]
+            inspected = branch.get(id(node), set())
+            if base.id in inspected or f"{base.id}.{node.attr}" in inspected:
+                continue
+        elif isinstance(base, ast.Subscript) and _is_context(base.value, ctx_names):
+            kind, touched = None, True
+        else:
+            continue
+        path = node.attr
+        parent = up.get(id(node))
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            path += "." + parent.attr
+        reads.add((path, kind))
+    if not touched and not reads:
+        return None
+    return [list(r) for r in sorted(reads, key=lambda r: (r[0], r[1] or ""))]
+
+
+def _layer_source(node: ast.AST, ctx: set[str], typed: dict[str, str | None]) -> Any:
+    """The type filter (None for any) if `node` yields layers, else False."""
+    if isinstance(node, ast.Subscript):
+        if _is_context(node.value, ctx):
+            return None
+        if isinstance(node.value, ast.Name) and node.value.id in typed:
+            return typed[node.value.id]
+    if isinstance(node, ast.Call):
+        func = node.func
+        if terminal(func) in ("next", "iter", "list", "tuple") and node.args:
+            return _layer_source(node.args[0], ctx, typed)
+        if isinstance(func, ast.Attribute) and func.attr in ("values", "items", "get"):
+            if _is_context(func.value, ctx):
+                return None
+            if isinstance(func.value, ast.Name) and func.value.id in typed:
+                return typed[func.value.id]
+    return False
+
+
+def consumer_needs(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str] | None:
+    """Fields `func` requires of its `CommonAttentionMetadata` parameter (module
+    docstring); None when it has no such parameter."""
+    params = {
+        a.arg
+        for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
+        if a.arg in CAM_PARAM_NAMES or terminal(a.annotation) == CAM_NAME
+    }
+    if not params:
+        return None
+    aliases: dict[str, str] = {}
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            value, target = node.value, node.targets[0]
+            if (
+                isinstance(value, ast.Attribute)
+                and isinstance(value.value, ast.Name)
+                and value.value.id in params
+                and isinstance(target, ast.Name)
+            ):
+                aliases[target.id] = value.attr
+    branch = guards(func)
+    up = parents(func)
+    needs: set[str] = set()
+    for node in ast.walk(func):
+        field = None
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id in params and isinstance(node.ctx, ast.Load):
+                field, text = node.attr, f"{node.value.id}.{node.attr}"
+        elif isinstance(node, ast.Name) and node.id in aliases and isinstance(node.ctx, ast.Load):
+            field, text = aliases[node.id], node.id
+        if field is None or text in branch.get(id(node), set()):
+            continue
+        if _dereferenced(node, up):
+            needs.add(field)
+    return sorted(needs)
+
+
+def _dereferenced(node: ast.AST, up: dict[int, ast.AST]) -> bool:
+    parent = up.get(id(node))
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        return True
+    if isinstance(parent, ast.Subscript) and parent.value is node:
+        return True
+    if isinstance(parent, ast.BinOp):
+        return True
+    if isinstance(parent, ast.Call) and terminal(parent.func) in (
+        "len",
+        "int",
+        "max",
+        "min",
+        "sum",
+    ):
+        return node in parent.args
+    if isinstance(parent, ast.Compare) and isinstance(up.get(id(parent)), ast.Assert):
+        return any(isinstance(op, ast.IsNot) for op in parent.ops)
+    return False
+
+
+def self_usage(
+    nodes: list[ast.AST], self_name: str | None, body: list[ast.stmt] | None = None
+) -> dict[str, Any]:
+    """What a method (its scope's `nodes`, its `body`) sets on, reads from and calls on its
+    first parameter on every path, and the dotted names it returns."""
+    sets: set[str] = set()
+    reads: set[str] = set()
+    calls: set[str] = set()
+    supers: set[str] = set()
+    returns: list[str] = []
+    dynamic = False
+    called: set[int] = set()
+    branches = conditional_ids(nodes) | after_early_exit(body or [])
+    for node in nodes:
+        if id(node) in branches and not isinstance(node, ast.Attribute | ast.Return):
+            continue
+        if isinstance(node, ast.Call):
+            called.add(id(node.func))
+            func_node = node.func
+            if isinstance(func_node, ast.Name) and func_node.id == "setattr" and node.args:
+                if isinstance(node.args[0], ast.Name) and node.args[0].id == self_name:
+                    key = node.args[1] if len(node.args) > 1 else None
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        sets.add(key.value)
+                    else:
+                        dynamic = True
+            elif isinstance(func_node, ast.Attribute):
+                owner = func_node.value
+                if (
+                    isinstance(owner, ast.Call)
+                    and isinstance(owner.func, ast.Name)
+                    and owner.func.id == "super"
+                ):
+                    supers.add(func_node.attr)
+                elif isinstance(owner, ast.Attribute) and owner.attr == "__dict__":
+                    dynamic = dynamic or dotted(owner.value) == self_name
+        elif isinstance(node, ast.Attribute):
+            value = node.value
+            if isinstance(value, ast.Name) and value.id == self_name:
+                if isinstance(node.ctx, ast.Store):
+                    sets.add(node.attr)
+                elif id(node) in branches:
+                    continue  # read on one path only: not a requirement of every call
+                elif id(node) in called:
+                    calls.add(node.attr)
+                else:
+                    reads.add(node.attr)
+        elif isinstance(node, ast.Return) and node.value is not None:
+            ref = dotted(node.value)
+            if ref:
+                returns.append(ref)
+    return {
+        "sets": sorted(sets),
+        "reads": sorted(reads - sets),
+        "calls": sorted(calls),
+        "super": sorted(supers),
+        "dynamic": dynamic,
+        "returns": returns,
+    }
+
+
+def conditional_ids(nodes: list[ast.AST]) -> set[int]:
+    """Ids of the nodes that run on some paths only: branch bodies of ``if``, loops,
+    ``try`` handlers, conditional expressions, ``and``/``or`` right operands, ``match``."""
+    found: set[int] = set()
+    for node in nodes:
+        parts: list = []
+        if isinstance(node, ast.If | ast.For | ast.AsyncFor | ast.While):
+            parts = [*node.body, *node.orelse]
+        elif isinstance(node, ast.IfExp):
+            parts = [node.body, node.orelse]
+        elif isinstance(node, ast.Try):
+            parts = [*node.handlers, *node.orelse]
+        elif isinstance(node, ast.BoolOp):
+            parts = node.values[1:]
+        elif isinstance(node, ast.Match):
+            parts = node.cases
+        elif isinstance(node, ast.comprehension):
+            parts = node.ifs
+        for part in parts:
+            if id(part) not in found:
+                found.update(id(n) for n in ast.walk(part))
+    return found
+
+
+def after_early_exit(body: list[ast.stmt]) -> set[int]:
+    """Ids of the nodes after the first ``if`` that may ``return`` or ``raise``: they run
+    on some paths only."""
+    for index, stmt in enumerate(body):
+        if isinstance(stmt, ast.If) and any(
+            isinstance(n, ast.Return | ast.Raise) for part in stmt.body for n in ast.walk(part)
+        ):
+            return {id(n) for later in body[index + 1 :] for n in ast.walk(later)}
+    return set()
+
+
+def cam_sites(scope: Scope, cam_names: set[str]) -> list[dict[str, Any]]:
+    """Calls of `CommonAttentionMetadata` (by name, alias or attribute) in `scope`."""
+    sites = []
+    for node in scope.nodes:
+        if not isinstance(node, ast.Call):
+            continue
+        callee = dotted(node.func)
+        if callee is None or not (callee.rsplit(".", 1)[-1] == CAM_NAME or callee in cam_names):
+            continue
+        site: dict[str, Any] = {
+            "line": node.lineno,
+            "col": node.col_offset,
+            "end": node.end_lineno or node.lineno,
+            "q": scope.qualname,
+            "callee": callee,
+            "npos": 0,
+            "pos_none": [],
+            "kw": [],
+            "kw_none": [],
+            "unpacked": False,
+        }
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                site["unpacked"] = True
+                break
+            if isinstance(arg, ast.Constant) and arg.value is None:
+                site["pos_none"].append(site["npos"])
+            site["npos"] += 1
+        for keyword in node.keywords:
+            pairs = [(keyword.arg, keyword.value)] if keyword.arg else _literal_items(keyword.value)
+            if pairs is None:
+                site["unpacked"] = True
+                continue
+            for name, value in pairs:
+                site["kw"].append(name)
+                if isinstance(value, ast.Constant) and value.value is None:
+                    site["kw_none"].append(name)
+        sites.append(site)
+    return sites
+
+
+def _literal_items(node: ast.AST) -> list[tuple[str, ast.expr]] | None:
+    if isinstance(node, ast.Dict):
+        keys = [k.value if isinstance(k, ast.Constant) else None for k in node.keys]
+        if all(isinstance(k, str) for k in keys):
+            return list(zip(keys, node.values, strict=True))  # type: ignore[arg-type]
+        return None
+    if isinstance(node, ast.Call) and terminal(node.func) == "dict" and not node.args:
+        if all(k.arg for k in node.keywords):
+            return [(k.arg, k.value) for k in node.keywords]  # type: ignore[misc]
+    return None
+
+
+def may_hold_stubs(scope: Scope) -> bool:
+    """Whether `scope` names a context or calls ``__new__`` (cheap gate before `shapes`)."""
+    for node in scope.nodes:
+        if isinstance(node, ast.Attribute):
+            if node.attr == "__new__" or node.attr.endswith(CONTEXT):
+                return True
+        elif isinstance(node, ast.Name):
+            if node.id.endswith(CONTEXT):
+                return True
+        elif isinstance(node, ast.keyword) and node.arg and node.arg.endswith(CONTEXT):
+            return True
+    return False
+
+
+def scope_refs(scope: Scope) -> list[str]:
+    """Every whole dotted name the scope loads (to tell which builders it reaches); the
+    ``a`` of ``a.b`` is not listed on its own."""
+    return maximal_refs(scope.nodes)
+
+
+def maximal_refs(nodes: list[ast.AST]) -> list[str]:
+    """The dotted names loaded among `nodes`, prefixes of longer chains left out."""
+    inner = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}
+    return sorted(
+        {
+            text
+            for node in nodes
+            if isinstance(node, (ast.Name, ast.Attribute))
+            and isinstance(node.ctx, ast.Load)
+            and id(node) not in inner
+            for text in [dotted(node)]
+            if text
+        }
+    )
