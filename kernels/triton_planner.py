@@ -1,0 +1,339 @@
+"""The persistent-decode planner as one Triton program: AITER's v1.2 walk without a serial loop.
+
+It writes the same buffers as the reference planner (conformance/persistent/planner.py) from
+device-resident ``qo_indptr``, ``kv_indptr`` and ``kv_last_page_lens``, with no host sync,
+into buffers of fixed size (CUDA-graph capturable). One program (CTA) holds every qo tile
+in registers (one lane per tile; the host pads tiles to ``NTMAX`` per virtual batch).
+
+The walk, in the cost space of the reference's fast walk (tile ``i`` spans
+``[P_i, P_i + blocks_i + overhead)``, ``P`` the prefix sum of tile costs): a program that
+starts at ``y`` with payload ``L`` ends at ``H(y + L)``, where for ``t`` in tile ``j``
+``H(t) = P_j`` when ``t - P_j <= overhead`` (the rest is wasted), ``P_{j+1}`` when the
+fragment ending at ``t - overhead`` leaves fewer than ``max_seqlen_qo`` tokens (page 1:
+the #2106 tail is absorbed), and ``t - overhead`` otherwise (a fragment fills the
+program). Between two such snaps the program starts form the progression
+``a + k * (L - overhead)``, so one round finds, for every tile at once, the first step of
+the progression that snaps in it (a min-reduction), instead of one step per program. A
+round costs a few vector operations; there is one per snap (waste or absorbed tail) plus
+one. The per-tile divisions by ``L - overhead`` are made once (quotient and remainder)
+and every round only compares them.
+
+Then every tile writes its first work, reduce entries and partial entries, and every
+program writes its ``work_indptr`` entry and the continuation fragment it starts with
+(found through a per-program mark array and a running max). Every entry the plan does
+not use is set to -1 (`UNWRITTEN`), so the buffers equal the reference's whole.
+
+``counts`` receives ``(num_works, num_partials, num_tiles, status)``; ``status`` is a
+bit set of `STATUS_BITS` (0: a valid plan).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+STATUS_BITS = {1: "bad input", 2: "tiles left over", 4: "buffer too small", 8: "cost overflow"}
+SCRATCH_FIELDS = tl.constexpr(16)  # int32 fields per tile in the scratch buffer (pass B gathers them)
+MAX_COST = tl.constexpr(2**30)  # the prefix sum of tile costs must stay below this (int32 arithmetic)
+
+
+@triton.jit
+def _floor_diff(qx, rx, qy, ry):
+    """floor((X - Y) / d) from X = qx * d + rx and Y = qy * d + ry (0 <= r < d)."""
+    return qx - qy - (rx < ry).to(tl.int32)
+
+
+@triton.jit
+def _kv_offset(ke, kve, last, PAGE_SIZE: tl.constexpr):
+    """Tokens of the batch after page ``ke`` (AITER's kv_offset)."""
+    if PAGE_SIZE == 1:
+        return kve - ke
+    return tl.where(ke == kve, 0, (kve - ke - 1) * PAGE_SIZE + last)
+
+
+@triton.jit
+def _fill(ptr, start, stop, value, BLOCK: tl.constexpr):
+    """ptr[start:stop] = value (stop known to the host as an upper bound)."""
+    for off in range(0, stop, BLOCK):
+        idx = off + tl.arange(0, BLOCK)
+        tl.store(ptr + idx, tl.full([BLOCK], value, tl.int32), mask=(idx >= start) & (idx < stop))
+
+
+@triton.jit
+def _store_work(wis_ptr, w, mask, vb, loc, qs, qe, ks, ke, off):
+    row = wis_ptr + w * 8
+    tl.store(row + 0, vb, mask=mask)
+    tl.store(row + 1, loc, mask=mask)
+    tl.store(row + 2, qs, mask=mask)
+    tl.store(row + 3, qe, mask=mask)
+    tl.store(row + 4, ks, mask=mask)
+    tl.store(row + 5, ke, mask=mask)
+    tl.store(row + 6, off, mask=mask)
+    tl.store(row + 7, tl.zeros_like(vb), mask=mask)
+
+
+@triton.jit
+def _max_combine(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def plan_kernel(
+    qo_ptr,
+    kv_ptr,
+    last_ptr,
+    wip_ptr,
+    wis_ptr,
+    rip_ptr,
+    rfm_ptr,
+    rpm_ptr,
+    counts_ptr,
+    scratch_ptr,
+    mark_ptr,
+    num_batches,
+    ratio,
+    uni,
+    heads,
+    packed_rows,
+    max_sq,
+    num_cu,
+    num_splits,
+    overhead,
+    ntmax,
+    max_work,
+    tile_cnt,
+    pm_len,
+    GRAN_SHIFT: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SPLITS: tl.constexpr,
+    TILE_PER_TOKEN: tl.constexpr,
+    AITER_FOLDED_TAIL: tl.constexpr,
+    BLOCK: tl.constexpr,
+    KBLOCK: tl.constexpr,
+    FILL_BLOCK: tl.constexpr,
+):
+    gran = 1 << GRAN_SHIFT
+    o = overhead
+    # ---- setup: one lane per (virtual batch, tile) entry -------------------------------
+    e = tl.arange(0, BLOCK)
+    num_vb = num_batches * ratio
+    in_range = e < num_vb * ntmax
+    vb = e // ntmax
+    t = e - vb * ntmax
+    b = vb // ratio
+    kvb = tl.load(kv_ptr + b, mask=in_range, other=0)
+    kve = tl.load(kv_ptr + b + 1, mask=in_range, other=0)
+    qb = tl.load(qo_ptr + b, mask=in_range, other=0)
+    qe = tl.load(qo_ptr + b + 1, mask=in_range, other=1)
+    last = tl.load(last_ptr + b, mask=in_range, other=1)
+    seqlen = qe - qb
+    bad = in_range & ((seqlen < 1) | (seqlen > max_sq) | (kve < kvb))
+    if uni > 0:
+        bad |= in_range & ((qb != uni * b) | (qe != uni * (b + 1)))
+    seqlen = tl.maximum(seqlen, 1)
+    if ratio > 1:
+        q_begin = uni * vb
+        q_stop = q_begin + uni
+    else:
+        q_begin = qb
+        q_stop = qe
+    if not SPLITS:
+        ntiles = tl.full([BLOCK], 1, tl.int32)
+    elif TILE_PER_TOKEN:
+        ntiles = seqlen
+    else:
+        ntiles = (seqlen * heads + packed_rows - 1) // packed_rows
+    tsize = (seqlen + ntiles - 1) // ntiles
+    bad |= in_range & ((ntiles - 1) * tsize >= seqlen)
+    pages = kve - kvb
+    if PAGE_SIZE == 1:
+        tokens = pages
+    else:
+        bad |= in_range & (pages > 0) & ((last < 1) | (last > PAGE_SIZE))
+        tokens = tl.where(pages > 0, (pages - 1) * PAGE_SIZE + last, 0)
+    if CAUSAL:
+        bad |= in_range & (tokens < seqlen)
+    valid = in_range & (t < ntiles)
+    nblk = (pages + gran - 1) >> GRAN_SHIFT
+    q_start = q_begin + t * tsize
+    q_end = tl.minimum(q_start + tsize, q_stop)
+    if PAGE_SIZE == 1 and CAUSAL:
+        if AITER_FOLDED_TAIL:
+            bt = ntiles - (q_start // ratio) % uni - 1
+        else:
+            bt = ntiles - 1 - t
+        bt = tl.maximum(bt, 0)
+    else:
+        bt = tl.zeros([BLOCK], tl.int32)
+    if PAGE_SIZE == 1:
+        kv_stop = kve - bt  # kv end of a tile's last fragment
+    else:
+        kv_stop = kve
+    bad_any = tl.max(bad.to(tl.int32), axis=0)
+    bad_any |= (tl.load(kv_ptr) != 0).to(tl.int32) | (tl.load(qo_ptr) != 0).to(tl.int32)
+
+    cost = tl.where(valid, nblk + o, 0)
+    cost64 = cost.to(tl.int64)
+    total64 = tl.sum(cost64, axis=0)
+    overflow = (total64 >= MAX_COST) | (tl.max(nblk, axis=0) >= MAX_COST)
+    p_end = tl.cumsum(cost, axis=0)  # P_{i+1}
+    p = p_end - cost  # P_i
+    p_total = tl.sum(cost, axis=0)
+    d = (p_total + num_splits - 1) // num_splits  # payload minus overhead
+    d = tl.maximum(d, 1)
+    q_p = p // d
+    r_p = p - q_p * d
+    q_pe = p_end // d
+    r_pe = p_end - q_pe * d
+    # absorb (page 1): a fragment ending at t - o is taken whole once t >= tau
+    need = (kve - max_sq + 1 - kvb + gran - 1) >> GRAN_SHIFT
+    tau = p + o + tl.maximum(need, 0)
+    q_tau = tau // d
+    r_tau = tau - q_tau * d
+    q_n = p_total // d
+    r_n = p_total - q_n * d
+
+    # ---- rounds: one per snap -----------------------------------------------------------
+    kf = tl.zeros([BLOCK], tl.int32)  # program of a tile's first work
+    cont = tl.zeros([BLOCK], tl.int32)  # its further works (fragments)
+    base = tl.zeros([BLOCK], tl.int32)  # blocks of its first fragment
+    fresh = tl.zeros([BLOCK], tl.int32)  # 1: a program starts at its first block
+    big = num_cu + 1
+    s = tl.full([], 0, tl.int32)
+    a = tl.full([], 0, tl.int32)
+    left = tl.full([], 0, tl.int32)
+    while (s < num_cu) & (a < p_total):
+        bl = a + o + 1
+        q_b = bl // d
+        r_b = bl - q_b * d
+        r_lo = tl.maximum(_floor_diff(q_p, r_p, q_b, r_b), 0)
+        r_hi = _floor_diff(q_pe, r_pe, q_b, r_b) - 1
+        has_t = valid & (r_lo <= r_hi)
+        t_lo = a + o + (tl.minimum(r_lo, big) + 1) * d
+        waste = has_t & (t_lo - p <= o)
+        r_ev = tl.where(waste, r_lo, big)
+        if PAGE_SIZE == 1:
+            r_abs = tl.maximum(_floor_diff(q_tau, r_tau, q_b, r_b), r_lo)
+            absorb = has_t & (~waste) & (r_abs <= r_hi)
+            r_ev = tl.where(absorb, r_abs, r_ev)
+        snap_p = tl.where(waste, p, p_end)
+        key = (tl.minimum(r_ev, big).to(tl.int64) << 32) | snap_p.to(tl.int64)
+        r_end = tl.maximum(_floor_diff(q_n, r_n, q_b, r_b), 0)
+        key_end = (tl.minimum(r_end, big).to(tl.int64) << 32) | p_total.to(tl.int64)
+        best = tl.minimum(tl.min(key, axis=0), key_end)
+        r_star = (best >> 32).to(tl.int32)
+        snap = (best & 0xFFFFFFFF).to(tl.int32)
+        left |= (r_star >= num_cu - s).to(tl.int32)
+        q_a = a // d
+        r_a = a - q_a * d
+        here = valid & (p >= a) & (p < snap)
+        kf = tl.where(here, s + tl.minimum(_floor_diff(q_p, r_p, q_a, r_a), r_star), kf)
+        fresh = tl.where(here & (p == a), 1, fresh)
+        split = has_t & (r_lo < r_star)
+        cont = tl.where(split, tl.minimum(r_hi, r_star - 1) - r_lo + 1, cont)
+        base = tl.where(split, t_lo - o - p, base)
+        s = s + r_star + 1
+        a = snap
+    left |= (a < p_total).to(tl.int32)
+
+    # ---- per tile: counts, prefix sums, first works -------------------------------------
+    g = tl.where(valid, 1 + cont, 0)
+    w_first = tl.cumsum(g, axis=0) - g
+    num_works = tl.sum(g, axis=0)
+    gp = tl.where(cont > 0, g, 0)
+    red_first = tl.cumsum(gp, axis=0) - gp
+    num_partials = tl.sum(gp, axis=0)
+    pw = gp * tsize
+    loc_first = tl.cumsum(pw, axis=0) - pw
+    vi = valid.to(tl.int32)
+    tile_id = tl.cumsum(vi, axis=0) - vi
+    num_tiles = tl.sum(vi, axis=0)
+    too_small = (num_works > max_work) | (num_partials > pm_len) | (num_tiles > tile_cnt)
+
+    is_split = valid & (cont > 0)
+    ke_first = tl.where(is_split, tl.minimum(kvb + base * gran, kv_stop), kv_stop)
+    loc = tl.where(is_split, loc_first, -1)
+    ok = valid & (w_first < max_work)
+    _store_work(
+        wis_ptr, w_first, ok, vb, loc, q_start, q_end, kvb, ke_first,
+        _kv_offset(ke_first, kve, last, PAGE_SIZE),
+    )
+    tl.store(rip_ptr + tile_id + 1, red_first + gp, mask=valid & (tile_id < tile_cnt))
+    rfm_ok = valid & (tile_id < tile_cnt)
+    tl.store(rfm_ptr + tile_id * 2, tl.where(is_split, q_start, -1), mask=rfm_ok)
+    tl.store(rfm_ptr + tile_id * 2 + 1, tl.where(is_split, q_end, -1), mask=rfm_ok)
+    tl.store(rpm_ptr + red_first, loc_first, mask=is_split & (red_first < pm_len))
+
+    # scratch for the programs' gathers, and the program marks
+    row = scratch_ptr + e * SCRATCH_FIELDS
+    keep = valid & ((cont > 0) | (fresh > 0))
+    tl.store(row + 0, vb, mask=keep)
+    tl.store(row + 1, q_start, mask=keep)
+    tl.store(row + 2, q_end, mask=keep)
+    tl.store(row + 3, kvb, mask=keep)
+    tl.store(row + 4, kv_stop, mask=keep)
+    tl.store(row + 5, kve, mask=keep)
+    tl.store(row + 6, last, mask=keep)
+    tl.store(row + 7, tsize, mask=keep)
+    tl.store(row + 8, base, mask=keep)
+    tl.store(row + 9, w_first, mask=keep)
+    tl.store(row + 10, loc_first, mask=keep)
+    tl.store(row + 11, red_first, mask=keep)
+    tl.store(row + 12, kf, mask=keep)
+    tl.store(row + 13, cont, mask=keep)
+    tl.store(row + 14, fresh, mask=keep)
+    k = tl.arange(0, KBLOCK)
+    tl.store(mark_ptr + k, tl.full([KBLOCK], -1, tl.int32), mask=k < num_cu)
+    tl.debug_barrier()
+    tl.store(mark_ptr + kf + 1, e, mask=is_split & (kf + 1 < num_cu))
+    tl.store(mark_ptr + kf, e, mask=valid & (fresh > 0) & (kf < num_cu))
+    tl.debug_barrier()
+
+    # ---- per program: work_indptr and the continuation fragment it starts with ---------
+    kin = k < num_cu
+    owner = tl.associative_scan(tl.load(mark_ptr + k, mask=kin, other=-1), 0, _max_combine)
+    has = kin & (owner >= 0)
+    orow = scratch_ptr + tl.maximum(owner, 0) * SCRATCH_FIELDS
+    o_kf = tl.load(orow + 12, mask=has, other=0)
+    o_cont = tl.load(orow + 13, mask=has, other=0)
+    o_fresh = tl.load(orow + 14, mask=has, other=0)
+    o_w = tl.load(orow + 9, mask=has, other=0)
+    dd = k - o_kf
+    starts = has & (o_fresh > 0) & (dd == 0)
+    cont_here = has & (dd >= 1) & (dd <= o_cont)
+    wip = tl.where(starts, o_w, tl.where(cont_here, o_w + dd, num_works))
+    tl.store(wip_ptr + k, wip, mask=kin)
+    tl.store(wip_ptr + num_cu, num_works)
+    c_vb = tl.load(orow + 0, mask=cont_here, other=0)
+    c_qs = tl.load(orow + 1, mask=cont_here, other=0)
+    c_qe = tl.load(orow + 2, mask=cont_here, other=0)
+    c_kvb = tl.load(orow + 3, mask=cont_here, other=0)
+    c_stop = tl.load(orow + 4, mask=cont_here, other=0)
+    c_kve = tl.load(orow + 5, mask=cont_here, other=0)
+    c_last = tl.load(orow + 6, mask=cont_here, other=1)
+    c_ts = tl.load(orow + 7, mask=cont_here, other=0)
+    c_base = tl.load(orow + 8, mask=cont_here, other=0)
+    c_loc0 = tl.load(orow + 10, mask=cont_here, other=0)
+    c_red0 = tl.load(orow + 11, mask=cont_here, other=0)
+    c_ks = c_kvb + (c_base + (dd - 1) * d) * gran
+    c_ke = tl.where(dd == o_cont, c_stop, tl.minimum(c_kvb + (c_base + dd * d) * gran, c_stop))
+    c_loc = c_loc0 + dd * c_ts
+    c_w = o_w + dd
+    _store_work(
+        wis_ptr, c_w, cont_here & (c_w < max_work), c_vb, c_loc, c_qs, c_qe, c_ks, c_ke,
+        _kv_offset(c_ke, c_kve, c_last, PAGE_SIZE),
+    )
+    tl.store(rpm_ptr + c_red0 + dd, c_loc, mask=cont_here & (c_red0 + dd < pm_len))
+
+    # ---- every entry the plan does not use --------------------------------------------
+    tl.store(rip_ptr, 0)
+    _fill(rip_ptr, num_tiles + 1, tile_cnt + 1, num_partials, FILL_BLOCK)
+    _fill(rfm_ptr, num_tiles * 2, tile_cnt * 2, -1, FILL_BLOCK)
+    _fill(rpm_ptr, num_partials, pm_len, -1, FILL_BLOCK)
+    _fill(wis_ptr, num_works * 8, max_work * 8, -1, FILL_BLOCK)
+    status = bad_any | (left << 1) | (too_small.to(tl.int32) << 2) | (overflow.to(tl.int32) << 3)
+    tl.store(counts_ptr + 0, num_works)
+    tl.store(counts_ptr + 1, num_partials)
+    tl.store(counts_ptr + 2, num_tiles)
+    tl.store(counts_ptr + 3, status)
