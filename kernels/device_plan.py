@@ -27,7 +27,7 @@ from conformance.persistent.checks import check_call_scalars, check_index_tensor
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
 from conformance.persistent.planner import plan_params, plan_persistent_decode, takes_planner_call
 from conformance.persistent.setup import PlanShape, derive_shape
-from kernels.triton_planner import SCRATCH_FIELDS, STATUS_BITS, plan_kernel
+from kernels import triton_planner
 
 PLANNER_ENV = "MLA_TRITON_PLANNER"
 """``device`` (default) or ``host``: where a Triton builder on a CUDA device plans."""
@@ -59,7 +59,7 @@ class DevicePlanBuffers:
         return cls(
             **made,
             counts=torch.zeros(len(COUNTS), dtype=torch.int32, device=device),
-            scratch=torch.empty(max(entries, 1) * SCRATCH_FIELDS, dtype=torch.int32, device=device),
+            scratch=torch.empty(max(entries, 1) * int(triton_planner.SCRATCH_FIELDS), dtype=torch.int32, device=device),
             marks=torch.empty(shape.num_cu + 1, dtype=torch.int32, device=device),
         )
 
@@ -88,7 +88,7 @@ class DeviceWorkPlan(WorkPlan):
             values = dict(zip(COUNTS, self.counts.tolist(), strict=True))
             if values["status"]:
                 plan_persistent_decode(**self._call)  # raises the reference planner's error
-                problems = [t for bit, t in STATUS_BITS.items() if values["status"] & bit]
+                problems = [t for bit, t in triton_planner.STATUS_BITS.items() if values["status"] & bit]
                 raise PlanError(
                     f"kv_indptr: the device planner cannot plan this batch ({', '.join(problems)});"
                     f" the sum of tile costs must stay below 2**30"
@@ -175,7 +175,7 @@ def plan_on_device(
         shape.sizes[5][0],
     )
     block = triton.next_power_of_2(entries)
-    plan_kernel[(1,)](
+    triton_planner.plan_kernel[(1,)](
         qo,
         kv,
         last,
