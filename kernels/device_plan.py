@@ -59,8 +59,12 @@ class DevicePlanBuffers:
         return cls(
             **made,
             counts=torch.zeros(len(COUNTS), dtype=torch.int32, device=device),
-            scratch=torch.empty(max(entries, 1) * int(triton_planner.SCRATCH_FIELDS), dtype=torch.int32, device=device),
-            marks=torch.empty(shape.num_cu + 1, dtype=torch.int32, device=device),
+            scratch=torch.empty(
+                max(entries, 1) * triton_planner.SCRATCH_FIELDS.value,
+                dtype=torch.int32,
+                device=device,
+            ),
+            marks=torch.empty(2 * _kblock(shape), dtype=torch.int32, device=device),
         )
 
 
@@ -88,7 +92,9 @@ class DeviceWorkPlan(WorkPlan):
             values = dict(zip(COUNTS, self.counts.tolist(), strict=True))
             if values["status"]:
                 plan_persistent_decode(**self._call)  # raises the reference planner's error
-                problems = [t for bit, t in triton_planner.STATUS_BITS.items() if values["status"] & bit]
+                problems = [
+                    t for bit, t in triton_planner.STATUS_BITS.items() if values["status"] & bit
+                ]
                 raise PlanError(
                     f"kv_indptr: the device planner cannot plan this batch ({', '.join(problems)});"
                     f" the sum of tile costs must stay below 2**30"
@@ -111,7 +117,9 @@ class DeviceWorkPlan(WorkPlan):
     @property
     def params(self) -> dict[str, object]:  # type: ignore[override]
         counts = self.host_counts()
-        call = {k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in self._call.items()}
+        call = {
+            k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in self._call.items()
+        }
         params = plan_params(
             call,
             self._shape,
@@ -140,8 +148,14 @@ def for_launch(plan: WorkPlan) -> WorkPlan:
     return plan.for_launch() if isinstance(plan, DeviceWorkPlan) else plan
 
 
+def _kblock(shape: PlanShape) -> int:
+    """Lanes of the per-program vectors: programs + 1, rounded up to a power of two."""
+    return triton.next_power_of_2(shape.num_cu + 1)
+
+
 def _num_warps(block: int) -> int:
-    return 4 if block <= 512 else 8 if block <= 4096 else 16
+    """About 40 registers per entry and thread: 4 entries a thread up to 16 warps."""
+    return 4 if block <= 512 else 8 if block <= 1024 else 16
 
 
 def plan_on_device(
@@ -159,7 +173,11 @@ def plan_on_device(
     back: errors of the batch's values surface when the plan's counts are first read.
     """
     q_cls, kv_cls = check_call_scalars(call)
-    tensors = {"qo_indptr": qo_indptr, "kv_indptr": kv_indptr, "kv_last_page_lens": kv_last_page_lens}
+    tensors = {
+        "qo_indptr": qo_indptr,
+        "kv_indptr": kv_indptr,
+        "kv_last_page_lens": kv_last_page_lens,
+    }
     for name, tensor in tensors.items():
         check_index_tensor(tensor, argument=name)
     batch = check_lengths(qo_indptr.numel(), kv_indptr.numel(), kv_last_page_lens.numel())
@@ -207,7 +225,7 @@ def plan_on_device(
         TILE_PER_TOKEN=2 * shape.heads_per_work > shape.packed_rows,
         AITER_FOLDED_TAIL=shape.fold_ratio > 1 and shape.profile.folded_batch_tail == "aiter",
         BLOCK=block,
-        KBLOCK=triton.next_power_of_2(shape.num_cu + 1),
+        KBLOCK=_kblock(shape),
         FILL_BLOCK=1024,
         num_warps=num_warps or _num_warps(block),
     )
@@ -259,9 +277,12 @@ class DevicePlanner:
     ) -> WorkPlan:
         inputs = (qo_indptr, kv_indptr, kv_last_page_lens)
         try:
-            moved = (check_index_tensor(t, argument=n).to(self.device) for t, n in zip(
-                inputs, ("qo_indptr", "kv_indptr", "kv_last_page_lens"), strict=True
-            ))
+            moved = (
+                check_index_tensor(t, argument=n).to(self.device)
+                for t, n in zip(
+                    inputs, ("qo_indptr", "kv_indptr", "kv_last_page_lens"), strict=True
+                )
+            )
             plan = plan_on_device(*moved, **call)
         except PlanError as error:
             if "exceed the device planner" not in str(error):

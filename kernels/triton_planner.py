@@ -33,8 +33,8 @@ import triton
 import triton.language as tl
 
 STATUS_BITS = {1: "bad input", 2: "tiles left over", 4: "buffer too small", 8: "cost overflow"}
-SCRATCH_FIELDS = tl.constexpr(16)  # int32 fields per tile in the scratch buffer (pass B gathers them)
-MAX_COST = tl.constexpr(2**30)  # the prefix sum of tile costs must stay below this (int32 arithmetic)
+SCRATCH_FIELDS = tl.constexpr(16)  # int32 fields per tile kept for the programs' gathers
+MAX_COST = tl.constexpr(2**30)  # bound on the sum of tile costs (int32 arithmetic)
 
 
 @triton.jit
@@ -47,8 +47,10 @@ def _floor_diff(qx, rx, qy, ry):
 def _kv_offset(ke, kve, last, PAGE_SIZE: tl.constexpr):
     """Tokens of the batch after page ``ke`` (AITER's kv_offset)."""
     if PAGE_SIZE == 1:
-        return kve - ke
-    return tl.where(ke == kve, 0, (kve - ke - 1) * PAGE_SIZE + last)
+        off = kve - ke
+    else:
+        off = tl.where(ke == kve, 0, (kve - ke - 1) * PAGE_SIZE + last)
+    return off
 
 
 @triton.jit
@@ -75,6 +77,82 @@ def _store_work(wis_ptr, w, mask, vb, loc, qs, qe, ks, ke, off):
 @triton.jit
 def _max_combine(a, b):
     return tl.maximum(a, b)
+
+
+@triton.jit
+def _tiles(
+    qo_ptr,
+    kv_ptr,
+    last_ptr,
+    num_batches,
+    ratio,
+    uni,
+    heads,
+    packed_rows,
+    max_sq,
+    ntmax,
+    GRAN_SHIFT: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SPLITS: tl.constexpr,
+    TILE_PER_TOKEN: tl.constexpr,
+    AITER_FOLDED_TAIL: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Per (virtual batch, tile) entry: what the reference's tile setup computes."""
+    e = tl.arange(0, BLOCK)
+    in_range = e < num_batches * ratio * ntmax
+    vb = e // ntmax
+    t = e - vb * ntmax
+    b = vb // ratio
+    kvb = tl.load(kv_ptr + b, mask=in_range, other=0)
+    kve = tl.load(kv_ptr + b + 1, mask=in_range, other=0)
+    qb = tl.load(qo_ptr + b, mask=in_range, other=0)
+    qe = tl.load(qo_ptr + b + 1, mask=in_range, other=1)
+    last = tl.load(last_ptr + b, mask=in_range, other=1)
+    seqlen = qe - qb
+    bad = in_range & ((seqlen < 1) | (seqlen > max_sq) | (kve < kvb))
+    if uni > 0:
+        bad |= in_range & ((qb != uni * b) | (qe != uni * (b + 1)))
+    seqlen = tl.maximum(seqlen, 1)
+    if ratio > 1:
+        q_begin = uni * vb
+        q_stop = q_begin + uni
+    else:
+        q_begin = qb
+        q_stop = qe
+    if not SPLITS:
+        ntiles = tl.full([BLOCK], 1, tl.int32)
+    elif TILE_PER_TOKEN:
+        ntiles = seqlen
+    else:
+        ntiles = (seqlen * heads + packed_rows - 1) // packed_rows
+    tsize = (seqlen + ntiles - 1) // ntiles
+    bad |= in_range & ((ntiles - 1) * tsize >= seqlen)
+    pages = kve - kvb
+    if PAGE_SIZE == 1:
+        tokens = pages
+    else:
+        bad |= in_range & (pages > 0) & ((last < 1) | (last > PAGE_SIZE))
+        tokens = tl.where(pages > 0, (pages - 1) * PAGE_SIZE + last, 0)
+    if CAUSAL:
+        bad |= in_range & (tokens < seqlen)
+    valid = in_range & (t < ntiles)
+    nblk = (pages + (1 << GRAN_SHIFT) - 1) >> GRAN_SHIFT
+    q_start = q_begin + t * tsize
+    q_end = tl.minimum(q_start + tsize, q_stop)
+    if PAGE_SIZE == 1:
+        if CAUSAL:
+            if AITER_FOLDED_TAIL:
+                bt = ntiles - (q_start // ratio) % uni - 1
+            else:
+                bt = ntiles - 1 - t
+            kv_stop = kve - tl.maximum(bt, 0)  # kv end of the tile's last fragment
+        else:
+            kv_stop = kve
+    else:
+        kv_stop = kve
+    return valid, bad, vb, nblk, kvb, kve, kv_stop, last, q_start, q_end, tsize
 
 
 @triton.jit
@@ -115,90 +193,52 @@ def plan_kernel(
 ):
     gran = 1 << GRAN_SHIFT
     o = overhead
-    # ---- setup: one lane per (virtual batch, tile) entry -------------------------------
-    e = tl.arange(0, BLOCK)
-    num_vb = num_batches * ratio
-    in_range = e < num_vb * ntmax
-    vb = e // ntmax
-    t = e - vb * ntmax
-    b = vb // ratio
-    kvb = tl.load(kv_ptr + b, mask=in_range, other=0)
-    kve = tl.load(kv_ptr + b + 1, mask=in_range, other=0)
-    qb = tl.load(qo_ptr + b, mask=in_range, other=0)
-    qe = tl.load(qo_ptr + b + 1, mask=in_range, other=1)
-    last = tl.load(last_ptr + b, mask=in_range, other=1)
-    seqlen = qe - qb
-    bad = in_range & ((seqlen < 1) | (seqlen > max_sq) | (kve < kvb))
-    if uni > 0:
-        bad |= in_range & ((qb != uni * b) | (qe != uni * (b + 1)))
-    seqlen = tl.maximum(seqlen, 1)
-    if ratio > 1:
-        q_begin = uni * vb
-        q_stop = q_begin + uni
-    else:
-        q_begin = qb
-        q_stop = qe
-    if not SPLITS:
-        ntiles = tl.full([BLOCK], 1, tl.int32)
-    elif TILE_PER_TOKEN:
-        ntiles = seqlen
-    else:
-        ntiles = (seqlen * heads + packed_rows - 1) // packed_rows
-    tsize = (seqlen + ntiles - 1) // ntiles
-    bad |= in_range & ((ntiles - 1) * tsize >= seqlen)
-    pages = kve - kvb
-    if PAGE_SIZE == 1:
-        tokens = pages
-    else:
-        bad |= in_range & (pages > 0) & ((last < 1) | (last > PAGE_SIZE))
-        tokens = tl.where(pages > 0, (pages - 1) * PAGE_SIZE + last, 0)
-    if CAUSAL:
-        bad |= in_range & (tokens < seqlen)
-    valid = in_range & (t < ntiles)
-    nblk = (pages + gran - 1) >> GRAN_SHIFT
-    q_start = q_begin + t * tsize
-    q_end = tl.minimum(q_start + tsize, q_stop)
-    if PAGE_SIZE == 1 and CAUSAL:
-        if AITER_FOLDED_TAIL:
-            bt = ntiles - (q_start // ratio) % uni - 1
-        else:
-            bt = ntiles - 1 - t
-        bt = tl.maximum(bt, 0)
-    else:
-        bt = tl.zeros([BLOCK], tl.int32)
-    if PAGE_SIZE == 1:
-        kv_stop = kve - bt  # kv end of a tile's last fragment
-    else:
-        kv_stop = kve
+    # ---- costs, their prefix sum, and its quotients by the payload ---------------------
+    valid, bad, _, nblk, kvb, kve, _, _, _, _, _ = _tiles(
+        qo_ptr,
+        kv_ptr,
+        last_ptr,
+        num_batches,
+        ratio,
+        uni,
+        heads,
+        packed_rows,
+        max_sq,
+        ntmax,
+        GRAN_SHIFT,
+        PAGE_SIZE,
+        CAUSAL,
+        SPLITS,
+        TILE_PER_TOKEN,
+        AITER_FOLDED_TAIL,
+        BLOCK,
+    )
     bad_any = tl.max(bad.to(tl.int32), axis=0)
     bad_any |= (tl.load(kv_ptr) != 0).to(tl.int32) | (tl.load(qo_ptr) != 0).to(tl.int32)
-
     cost = tl.where(valid, nblk + o, 0)
-    cost64 = cost.to(tl.int64)
-    total64 = tl.sum(cost64, axis=0)
+    total64 = tl.sum(cost.to(tl.int64), axis=0)
     overflow = (total64 >= MAX_COST) | (tl.max(nblk, axis=0) >= MAX_COST)
     p_end = tl.cumsum(cost, axis=0)  # P_{i+1}
     p = p_end - cost  # P_i
     p_total = tl.sum(cost, axis=0)
-    d = (p_total + num_splits - 1) // num_splits  # payload minus overhead
-    d = tl.maximum(d, 1)
+    d = tl.maximum((p_total + num_splits - 1) // num_splits, 1)  # payload minus overhead
     q_p = p // d
     r_p = p - q_p * d
     q_pe = p_end // d
     r_pe = p_end - q_pe * d
-    # absorb (page 1): a fragment ending at t - o is taken whole once t >= tau
-    need = (kve - max_sq + 1 - kvb + gran - 1) >> GRAN_SHIFT
-    tau = p + o + tl.maximum(need, 0)
-    q_tau = tau // d
-    r_tau = tau - q_tau * d
+    if PAGE_SIZE == 1:  # a fragment ending at t - o is absorbed whole once t >= tau
+        need = (kve - max_sq + 1 - kvb + gran - 1) >> GRAN_SHIFT
+        tau = p + o + tl.maximum(need, 0)
+        q_tau = tau // d
+        r_tau = tau - q_tau * d
     q_n = p_total // d
     r_n = p_total - q_n * d
 
     # ---- rounds: one per snap -----------------------------------------------------------
     kf = tl.zeros([BLOCK], tl.int32)  # program of a tile's first work
     cont = tl.zeros([BLOCK], tl.int32)  # its further works (fragments)
-    base = tl.zeros([BLOCK], tl.int32)  # blocks of its first fragment
-    fresh = tl.zeros([BLOCK], tl.int32)  # 1: a program starts at its first block
+    k = tl.arange(0, KBLOCK)
+    y = tl.zeros([KBLOCK], tl.int32)  # where each program starts (cost space)
     big = num_cu + 1
     s = tl.full([], 0, tl.int32)
     a = tl.full([], 0, tl.int32)
@@ -211,33 +251,58 @@ def plan_kernel(
         r_hi = _floor_diff(q_pe, r_pe, q_b, r_b) - 1
         has_t = valid & (r_lo <= r_hi)
         t_lo = a + o + (tl.minimum(r_lo, big) + 1) * d
-        waste = has_t & (t_lo - p <= o)
+        pj = q_p * d + r_p
+        waste = has_t & (t_lo - pj <= o)
         r_ev = tl.where(waste, r_lo, big)
         if PAGE_SIZE == 1:
             r_abs = tl.maximum(_floor_diff(q_tau, r_tau, q_b, r_b), r_lo)
-            absorb = has_t & (~waste) & (r_abs <= r_hi)
-            r_ev = tl.where(absorb, r_abs, r_ev)
-        snap_p = tl.where(waste, p, p_end)
+            r_ev = tl.where(has_t & (~waste) & (r_abs <= r_hi), r_abs, r_ev)
+        snap_p = tl.where(waste, pj, q_pe * d + r_pe)
         key = (tl.minimum(r_ev, big).to(tl.int64) << 32) | snap_p.to(tl.int64)
         r_end = tl.maximum(_floor_diff(q_n, r_n, q_b, r_b), 0)
         key_end = (tl.minimum(r_end, big).to(tl.int64) << 32) | p_total.to(tl.int64)
         best = tl.minimum(tl.min(key, axis=0), key_end)
-        r_star = (best >> 32).to(tl.int32)
-        snap = (best & 0xFFFFFFFF).to(tl.int32)
+        r_star64 = best >> 32
+        r_star = r_star64.to(tl.int32)
+        snap = (best - (r_star64 << 32)).to(tl.int32)
         left |= (r_star >= num_cu - s).to(tl.int32)
         q_a = a // d
         r_a = a - q_a * d
-        here = valid & (p >= a) & (p < snap)
+        here = valid & (pj >= a) & (pj < snap)
         kf = tl.where(here, s + tl.minimum(_floor_diff(q_p, r_p, q_a, r_a), r_star), kf)
-        fresh = tl.where(here & (p == a), 1, fresh)
         split = has_t & (r_lo < r_star)
         cont = tl.where(split, tl.minimum(r_hi, r_star - 1) - r_lo + 1, cont)
-        base = tl.where(split, t_lo - o - p, base)
+        in_run = (k >= s) & (k <= s + r_star)
+        y = tl.where(in_run, a + (k - s) * d, y)
+        y = tl.where(k == s + r_star + 1, snap, y)
         s = s + r_star + 1
         a = snap
     left |= (a < p_total).to(tl.int32)
+    tl.store(mark_ptr + KBLOCK + k, y, mask=k <= num_cu)  # program starts, for the gathers
+    tl.store(mark_ptr + k, tl.full([KBLOCK], -1, tl.int32), mask=k < num_cu)
 
     # ---- per tile: counts, prefix sums, first works -------------------------------------
+    e = tl.arange(0, BLOCK)
+    p = q_p * d + r_p
+    valid, _, vb, _, kvb, kve, kv_stop, last, q_start, q_end, tsize = _tiles(
+        qo_ptr,
+        kv_ptr,
+        last_ptr,
+        num_batches,
+        ratio,
+        uni,
+        heads,
+        packed_rows,
+        max_sq,
+        ntmax,
+        GRAN_SHIFT,
+        PAGE_SIZE,
+        CAUSAL,
+        SPLITS,
+        TILE_PER_TOKEN,
+        AITER_FOLDED_TAIL,
+        BLOCK,
+    )
     g = tl.where(valid, 1 + cont, 0)
     w_first = tl.cumsum(g, axis=0) - g
     num_works = tl.sum(g, axis=0)
@@ -250,24 +315,27 @@ def plan_kernel(
     tile_id = tl.cumsum(vi, axis=0) - vi
     num_tiles = tl.sum(vi, axis=0)
     too_small = (num_works > max_work) | (num_partials > pm_len) | (num_tiles > tile_cnt)
-
+    tl.debug_barrier()
     is_split = valid & (cont > 0)
+    y_here = tl.load(mark_ptr + KBLOCK + kf, mask=valid & (kf <= num_cu), other=-1)
+    y_next = tl.load(mark_ptr + KBLOCK + kf + 1, mask=is_split & (kf < num_cu), other=0)
+    fresh = valid & (y_here == p)
+    base = y_next - p  # blocks of a split tile's first fragment
+
     ke_first = tl.where(is_split, tl.minimum(kvb + base * gran, kv_stop), kv_stop)
     loc = tl.where(is_split, loc_first, -1)
     ok = valid & (w_first < max_work)
-    _store_work(
-        wis_ptr, w_first, ok, vb, loc, q_start, q_end, kvb, ke_first,
-        _kv_offset(ke_first, kve, last, PAGE_SIZE),
-    )
-    tl.store(rip_ptr + tile_id + 1, red_first + gp, mask=valid & (tile_id < tile_cnt))
+    off_first = _kv_offset(ke_first, kve, last, PAGE_SIZE)
+    _store_work(wis_ptr, w_first, ok, vb, loc, q_start, q_end, kvb, ke_first, off_first)
     rfm_ok = valid & (tile_id < tile_cnt)
+    tl.store(rip_ptr + tile_id + 1, red_first + gp, mask=rfm_ok)
     tl.store(rfm_ptr + tile_id * 2, tl.where(is_split, q_start, -1), mask=rfm_ok)
     tl.store(rfm_ptr + tile_id * 2 + 1, tl.where(is_split, q_end, -1), mask=rfm_ok)
     tl.store(rpm_ptr + red_first, loc_first, mask=is_split & (red_first < pm_len))
 
     # scratch for the programs' gathers, and the program marks
     row = scratch_ptr + e * SCRATCH_FIELDS
-    keep = valid & ((cont > 0) | (fresh > 0))
+    keep = is_split | fresh
     tl.store(row + 0, vb, mask=keep)
     tl.store(row + 1, q_start, mask=keep)
     tl.store(row + 2, q_end, mask=keep)
@@ -282,12 +350,9 @@ def plan_kernel(
     tl.store(row + 11, red_first, mask=keep)
     tl.store(row + 12, kf, mask=keep)
     tl.store(row + 13, cont, mask=keep)
-    tl.store(row + 14, fresh, mask=keep)
-    k = tl.arange(0, KBLOCK)
-    tl.store(mark_ptr + k, tl.full([KBLOCK], -1, tl.int32), mask=k < num_cu)
-    tl.debug_barrier()
+    tl.store(row + 14, fresh.to(tl.int32), mask=keep)
     tl.store(mark_ptr + kf + 1, e, mask=is_split & (kf + 1 < num_cu))
-    tl.store(mark_ptr + kf, e, mask=valid & (fresh > 0) & (kf < num_cu))
+    tl.store(mark_ptr + kf, e, mask=fresh & (kf < num_cu))
     tl.debug_barrier()
 
     # ---- per program: work_indptr and the continuation fragment it starts with ---------
@@ -321,7 +386,15 @@ def plan_kernel(
     c_loc = c_loc0 + dd * c_ts
     c_w = o_w + dd
     _store_work(
-        wis_ptr, c_w, cont_here & (c_w < max_work), c_vb, c_loc, c_qs, c_qe, c_ks, c_ke,
+        wis_ptr,
+        c_w,
+        cont_here & (c_w < max_work),
+        c_vb,
+        c_loc,
+        c_qs,
+        c_qe,
+        c_ks,
+        c_ke,
         _kv_offset(c_ke, c_kve, c_last, PAGE_SIZE),
     )
     tl.store(rpm_ptr + c_red0 + dd, c_loc, mask=cont_here & (c_red0 + dd < pm_len))

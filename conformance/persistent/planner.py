@@ -98,7 +98,11 @@ def _plan(
         result = walk_literal(setup, tail_rule=tail_rule)
     else:
         raise PlanError(f"walk: expected 'fast' or 'literal', found {walk!r}")
-    inputs = {"qo_indptr": qo.tolist(), "kv_indptr": kv.tolist(), "kv_last_page_lens": last.tolist()}
+    inputs = {
+        "qo_indptr": qo.tolist(),
+        "kv_indptr": kv.tolist(),
+        "kv_last_page_lens": last.tolist(),
+    }
     params = plan_params(
         {**inputs, **call},
         shape,

@@ -200,5 +200,3 @@ def tile_setup(
         tail_threshold=max_seqlen_qo,
     )
     return setup, sum_blocks
-
-

@@ -54,7 +54,8 @@ def plan_differences(actual: WorkPlan, expected: WorkPlan) -> list[str]:
             problems.append(f"{name}: shape {tuple(a.shape)}, expected {tuple(e.shape)}")
         elif not torch.equal(a, e):
             first = tuple(int(i) for i in torch.nonzero(a != e)[0])
-            problems.append(f"{name}{list(first)}: {a[first].tolist()}, expected {e[first].tolist()}")
+            got, want = a[first].tolist(), e[first].tolist()
+            problems.append(f"{name}{list(first)}: {got}, expected {want}")
     for name in COUNT_NAMES:
         if getattr(actual, name) != getattr(expected, name):
             problems.append(f"{name}: {getattr(actual, name)}, expected {getattr(expected, name)}")
@@ -191,9 +192,10 @@ def test_the_comparison_catches_a_changed_entry_and_count() -> None:
     expected = plan_persistent_decode(**base_call())
     changed = copied(expected)
     changed.work_info_set[1, 5] += 1
-    assert plan_differences(changed, expected) == ["work_info_set[1, 5]: " + (
-        f"{int(changed.work_info_set[1, 5])}, expected {int(expected.work_info_set[1, 5])}"
-    )]
+    assert plan_differences(changed, expected) == [
+        "work_info_set[1, 5]: "
+        + (f"{int(changed.work_info_set[1, 5])}, expected {int(expected.work_info_set[1, 5])}")
+    ]
     changed = copied(expected)
     changed.num_works -= 1
     assert [p.split(":")[0] for p in plan_differences(changed, expected)] == ["num_works"]
