@@ -268,14 +268,8 @@ class DevicePlanner:
         self.device = device
 
     @takes_planner_call
-    def __call__(
-        self,
-        qo_indptr: torch.Tensor,
-        kv_indptr: torch.Tensor,
-        kv_last_page_lens: torch.Tensor,
-        **call: Any,
-    ) -> WorkPlan:
-        inputs = (qo_indptr, kv_indptr, kv_last_page_lens)
+    def __call__(self, *inputs: torch.Tensor, **call: Any) -> WorkPlan:
+        """Plan one batch (arguments as `plan_persistent_decode`'s)."""
         try:
             moved = (
                 check_index_tensor(t, argument=n).to(self.device)

@@ -80,17 +80,31 @@ def _max_combine(a, b):
 
 
 @triton.jit
-def _tiles(
+def plan_kernel(
     qo_ptr,
     kv_ptr,
     last_ptr,
+    wip_ptr,
+    wis_ptr,
+    rip_ptr,
+    rfm_ptr,
+    rpm_ptr,
+    counts_ptr,
+    scratch_ptr,
+    mark_ptr,
     num_batches,
     ratio,
     uni,
     heads,
     packed_rows,
     max_sq,
+    num_cu,
+    num_splits,
+    overhead,
     ntmax,
+    max_work,
+    tile_cnt,
+    pm_len,
     GRAN_SHIFT: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     CAUSAL: tl.constexpr,
@@ -98,8 +112,12 @@ def _tiles(
     TILE_PER_TOKEN: tl.constexpr,
     AITER_FOLDED_TAIL: tl.constexpr,
     BLOCK: tl.constexpr,
+    KBLOCK: tl.constexpr,
+    FILL_BLOCK: tl.constexpr,
 ):
-    """Per (virtual batch, tile) entry: what the reference's tile setup computes."""
+    gran = 1 << GRAN_SHIFT
+    o = overhead
+    # ---- setup: one lane per (virtual batch, tile) entry, as the reference's tile setup
     e = tl.arange(0, BLOCK)
     in_range = e < num_batches * ratio * ntmax
     vb = e // ntmax
@@ -138,7 +156,7 @@ def _tiles(
     if CAUSAL:
         bad |= in_range & (tokens < seqlen)
     valid = in_range & (t < ntiles)
-    nblk = (pages + (1 << GRAN_SHIFT) - 1) >> GRAN_SHIFT
+    nblk = (pages + gran - 1) >> GRAN_SHIFT
     q_start = q_begin + t * tsize
     q_end = tl.minimum(q_start + tsize, q_stop)
     if PAGE_SIZE == 1:
@@ -152,67 +170,8 @@ def _tiles(
             kv_stop = kve
     else:
         kv_stop = kve
-    return valid, bad, vb, nblk, kvb, kve, kv_stop, last, q_start, q_end, tsize
 
-
-@triton.jit
-def plan_kernel(
-    qo_ptr,
-    kv_ptr,
-    last_ptr,
-    wip_ptr,
-    wis_ptr,
-    rip_ptr,
-    rfm_ptr,
-    rpm_ptr,
-    counts_ptr,
-    scratch_ptr,
-    mark_ptr,
-    num_batches,
-    ratio,
-    uni,
-    heads,
-    packed_rows,
-    max_sq,
-    num_cu,
-    num_splits,
-    overhead,
-    ntmax,
-    max_work,
-    tile_cnt,
-    pm_len,
-    GRAN_SHIFT: tl.constexpr,
-    PAGE_SIZE: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    SPLITS: tl.constexpr,
-    TILE_PER_TOKEN: tl.constexpr,
-    AITER_FOLDED_TAIL: tl.constexpr,
-    BLOCK: tl.constexpr,
-    KBLOCK: tl.constexpr,
-    FILL_BLOCK: tl.constexpr,
-):
-    gran = 1 << GRAN_SHIFT
-    o = overhead
     # ---- costs, their prefix sum, and its quotients by the payload ---------------------
-    valid, bad, _, nblk, kvb, kve, _, _, _, _, _ = _tiles(
-        qo_ptr,
-        kv_ptr,
-        last_ptr,
-        num_batches,
-        ratio,
-        uni,
-        heads,
-        packed_rows,
-        max_sq,
-        ntmax,
-        GRAN_SHIFT,
-        PAGE_SIZE,
-        CAUSAL,
-        SPLITS,
-        TILE_PER_TOKEN,
-        AITER_FOLDED_TAIL,
-        BLOCK,
-    )
     bad_any = tl.max(bad.to(tl.int32), axis=0)
     bad_any |= (tl.load(kv_ptr) != 0).to(tl.int32) | (tl.load(qo_ptr) != 0).to(tl.int32)
     cost = tl.where(valid, nblk + o, 0)
@@ -282,27 +241,7 @@ def plan_kernel(
     tl.store(mark_ptr + k, tl.full([KBLOCK], -1, tl.int32), mask=k < num_cu)
 
     # ---- per tile: counts, prefix sums, first works -------------------------------------
-    e = tl.arange(0, BLOCK)
     p = q_p * d + r_p
-    valid, _, vb, _, kvb, kve, kv_stop, last, q_start, q_end, tsize = _tiles(
-        qo_ptr,
-        kv_ptr,
-        last_ptr,
-        num_batches,
-        ratio,
-        uni,
-        heads,
-        packed_rows,
-        max_sq,
-        ntmax,
-        GRAN_SHIFT,
-        PAGE_SIZE,
-        CAUSAL,
-        SPLITS,
-        TILE_PER_TOKEN,
-        AITER_FOLDED_TAIL,
-        BLOCK,
-    )
     g = tl.where(valid, 1 + cont, 0)
     w_first = tl.cumsum(g, axis=0) - g
     num_works = tl.sum(g, axis=0)
