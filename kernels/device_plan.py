@@ -33,6 +33,8 @@ PLANNER_ENV = "MLA_TRITON_PLANNER"
 """``device`` (default) or ``host``: where a Triton builder on a CUDA device plans."""
 MAX_ENTRIES = 16384
 """Most (virtual batch x qo tile) entries one planner program holds in registers."""
+MIN_BLOCK = 128
+"""Smallest lane count of a kernel variant (a variant per power of two above)."""
 COUNTS = ("num_works", "num_partials", "num_tiles", "status", "sum_blocks", "payload")
 
 
@@ -149,8 +151,16 @@ def for_launch(plan: WorkPlan) -> WorkPlan:
 
 
 def _kblock(shape: PlanShape) -> int:
-    """Lanes of the per-program vectors: programs + 1, rounded up to a power of two."""
-    return triton.next_power_of_2(shape.num_cu + 1)
+    """Lanes of the per-program vectors: programs + 1 rounded up to a power of two, at
+    least 128 (fewer kernel variants to compile)."""
+    return max(MIN_BLOCK, triton.next_power_of_2(shape.num_cu + 1))
+
+
+def _tiling(shape: PlanShape) -> int:
+    """The kernel's qo tiling: 0 one tile, 1 one per q token, 2 by packed rows."""
+    if not shape.qo_splits:
+        return 0
+    return 1 if 2 * shape.heads_per_work > shape.packed_rows else 2
 
 
 def _num_warps(block: int) -> int:
@@ -192,7 +202,7 @@ def plan_on_device(
         shape.sizes[4][0],
         shape.sizes[5][0],
     )
-    block = triton.next_power_of_2(entries)
+    block = max(MIN_BLOCK, triton.next_power_of_2(entries))
     triton_planner.plan_kernel[(1,)](
         qo,
         kv,
@@ -218,12 +228,12 @@ def plan_on_device(
         max_work,
         tile_cnt,
         pm_len,
-        GRAN_SHIFT=call["kv_granularity"].bit_length() - 1,
-        PAGE_SIZE=call["page_size"],
-        CAUSAL=bool(call["causal"]),
-        SPLITS=shape.qo_splits,
-        TILE_PER_TOKEN=2 * shape.heads_per_work > shape.packed_rows,
-        AITER_FOLDED_TAIL=shape.fold_ratio > 1 and shape.profile.folded_batch_tail == "aiter",
+        call["kv_granularity"].bit_length() - 1,
+        call["page_size"],
+        int(bool(call["causal"])),
+        _tiling(shape),
+        int(shape.fold_ratio > 1 and shape.profile.folded_batch_tail == "aiter"),
+        PAGE1=call["page_size"] == 1,
         BLOCK=block,
         KBLOCK=_kblock(shape),
         FILL_BLOCK=1024,

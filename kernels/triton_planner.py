@@ -44,12 +44,12 @@ def _floor_diff(qx, rx, qy, ry):
 
 
 @triton.jit
-def _kv_offset(ke, kve, last, PAGE_SIZE: tl.constexpr):
+def _kv_offset(ke, kve, last, page_size, PAGE1: tl.constexpr):
     """Tokens of the batch after page ``ke`` (AITER's kv_offset)."""
-    if PAGE_SIZE == 1:
+    if PAGE1:
         off = kve - ke
     else:
-        off = tl.where(ke == kve, 0, (kve - ke - 1) * PAGE_SIZE + last)
+        off = tl.where(ke == kve, 0, (kve - ke - 1) * page_size + last)
     return off
 
 
@@ -105,17 +105,17 @@ def plan_kernel(
     max_work,
     tile_cnt,
     pm_len,
-    GRAN_SHIFT: tl.constexpr,
-    PAGE_SIZE: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    SPLITS: tl.constexpr,
-    TILE_PER_TOKEN: tl.constexpr,
-    AITER_FOLDED_TAIL: tl.constexpr,
+    gran_shift,
+    page_size,
+    causal,
+    tiling,
+    folded_tail,
+    PAGE1: tl.constexpr,
     BLOCK: tl.constexpr,
     KBLOCK: tl.constexpr,
     FILL_BLOCK: tl.constexpr,
 ):
-    gran = 1 << GRAN_SHIFT
+    gran = 1 << gran_shift
     o = overhead
     # ---- setup: one lane per (virtual batch, tile) entry, as the reference's tile setup
     e = tl.arange(0, BLOCK)
@@ -139,35 +139,28 @@ def plan_kernel(
     else:
         q_begin = qb
         q_stop = qe
-    if not SPLITS:
-        ntiles = tl.full([BLOCK], 1, tl.int32)
-    elif TILE_PER_TOKEN:
-        ntiles = seqlen
-    else:
-        ntiles = (seqlen * heads + packed_rows - 1) // packed_rows
+    # qo tiles per virtual batch: 0 one, 1 one per q token, 2 packed rows of heads
+    ntiles = tl.where(
+        tiling == 0,
+        1,
+        tl.where(tiling == 1, seqlen, (seqlen * heads + packed_rows - 1) // packed_rows),
+    )
     tsize = (seqlen + ntiles - 1) // ntiles
     bad |= in_range & ((ntiles - 1) * tsize >= seqlen)
     pages = kve - kvb
-    if PAGE_SIZE == 1:
+    if PAGE1:
         tokens = pages
     else:
-        bad |= in_range & (pages > 0) & ((last < 1) | (last > PAGE_SIZE))
-        tokens = tl.where(pages > 0, (pages - 1) * PAGE_SIZE + last, 0)
-    if CAUSAL:
-        bad |= in_range & (tokens < seqlen)
+        bad |= in_range & (pages > 0) & ((last < 1) | (last > page_size))
+        tokens = tl.where(pages > 0, (pages - 1) * page_size + last, 0)
+    bad |= in_range & (causal != 0) & (tokens < seqlen)
     valid = in_range & (t < ntiles)
-    nblk = (pages + gran - 1) >> GRAN_SHIFT
+    nblk = (pages + gran - 1) >> gran_shift
     q_start = q_begin + t * tsize
     q_end = tl.minimum(q_start + tsize, q_stop)
-    if PAGE_SIZE == 1:
-        if CAUSAL:
-            if AITER_FOLDED_TAIL:
-                bt = ntiles - (q_start // ratio) % uni - 1
-            else:
-                bt = ntiles - 1 - t
-            kv_stop = kve - tl.maximum(bt, 0)  # kv end of the tile's last fragment
-        else:
-            kv_stop = kve
+    if PAGE1:  # the causal trim of a tile's kv (folded: AITER's v1.2 formula)
+        bt = tl.where(folded_tail != 0, ntiles - (q_start // ratio) % uni - 1, ntiles - 1 - t)
+        kv_stop = kve - tl.where(causal != 0, tl.maximum(bt, 0), 0)  # kv end of its last work
     else:
         kv_stop = kve
 
@@ -185,8 +178,8 @@ def plan_kernel(
     r_p = p - q_p * d
     q_pe = p_end // d
     r_pe = p_end - q_pe * d
-    if PAGE_SIZE == 1:  # a fragment ending at t - o is absorbed whole once t >= tau
-        need = (kve - max_sq + 1 - kvb + gran - 1) >> GRAN_SHIFT
+    if PAGE1:  # a fragment ending at t - o is absorbed whole once t >= tau
+        need = (kve - max_sq + 1 - kvb + gran - 1) >> gran_shift
         tau = p + o + tl.maximum(need, 0)
         q_tau = tau // d
         r_tau = tau - q_tau * d
@@ -213,7 +206,7 @@ def plan_kernel(
         pj = q_p * d + r_p
         waste = has_t & (t_lo - pj <= o)
         r_ev = tl.where(waste, r_lo, big)
-        if PAGE_SIZE == 1:
+        if PAGE1:
             r_abs = tl.maximum(_floor_diff(q_tau, r_tau, q_b, r_b), r_lo)
             r_ev = tl.where(has_t & (~waste) & (r_abs <= r_hi), r_abs, r_ev)
         snap_p = tl.where(waste, pj, q_pe * d + r_pe)
@@ -264,7 +257,7 @@ def plan_kernel(
     ke_first = tl.where(is_split, tl.minimum(kvb + base * gran, kv_stop), kv_stop)
     loc = tl.where(is_split, loc_first, -1)
     ok = valid & (w_first < max_work)
-    off_first = _kv_offset(ke_first, kve, last, PAGE_SIZE)
+    off_first = _kv_offset(ke_first, kve, last, page_size, PAGE1)
     _store_work(wis_ptr, w_first, ok, vb, loc, q_start, q_end, kvb, ke_first, off_first)
     rfm_ok = valid & (tile_id < tile_cnt)
     tl.store(rip_ptr + tile_id + 1, red_first + gp, mask=rfm_ok)
@@ -334,7 +327,7 @@ def plan_kernel(
         c_qe,
         c_ks,
         c_ke,
-        _kv_offset(c_ke, c_kve, c_last, PAGE_SIZE),
+        _kv_offset(c_ke, c_kve, c_last, page_size, PAGE1),
     )
     tl.store(rpm_ptr + c_red0 + dd, c_loc, mask=cont_here & (c_red0 + dd < pm_len))
 
