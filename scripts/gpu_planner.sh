@@ -3,8 +3,8 @@
 #
 # Uses the machine's own python3, torch and triton; pure-Python wheels it lacks
 # (junitparser, defusedxml) may be carried in .whl/. Writes into OUTDIR: versions.json,
-# selftest.xml (the device-planner selftests with MLA_PLANNER_FUZZ random batches, the
-# CUDA-graph step, the Triton kernel selftests), cuda.xml (the cuda conformance set, which
+# selftest.xml (the device-planner selftests with MLA_PLANNER_FUZZ random batches and the
+# CUDA-graph step), cuda.xml (the cuda conformance set, which
 # now plans on the GPU), device_planner.json (the benchmark) and log.txt.
 #
 #   scripts/gpu_planner.sh OUTDIR [--no-conformance]
@@ -37,7 +37,7 @@ PY
 
 status=0
 python3 -m pytest tests/selftest/kernels/test_device_planner.py \
-  tests/selftest/kernels/test_planned_decode.py tests/selftest/test_triton_mla.py \
+  tests/selftest/kernels/test_planned_decode.py \
   --junitxml="$out/selftest.xml" -p no:cacheprovider -q -rfEs --durations=5 || status=$?
 echo "gpu_planner: selftests done after $(( $(date +%s) - start )) s"
 if [ "$conformance" = 1 ]; then
