@@ -275,7 +275,8 @@ def test_fp8_flavours_plan_alike_and_params_record_dtypes_as_strings() -> None:
         "fold_ratio",
         "heads_per_work",
         "num_tiles",
-    ):        assert key in fn.params, key
+    ):
+        assert key in fn.params, key
 
 
 def test_unwritten_entries_hold_the_sentinel() -> None:
