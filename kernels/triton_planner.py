@@ -80,6 +80,21 @@ def _max_combine(a, b):
 
 
 @triton.jit
+def _max_max_add(a0, a1, a2, b0, b1, b2):
+    return tl.maximum(a0, b0), tl.maximum(a1, b1), a2 + b2
+
+
+@triton.jit
+def _add3(a0, a1, a2, b0, b1, b2):
+    return a0 + b0, a1 + b1, a2 + b2
+
+
+@triton.jit
+def _add4(a0, a1, a2, a3, b0, b1, b2, b3):
+    return a0 + b0, a1 + b1, a2 + b2, a3 + b3
+
+
+@triton.jit
 def plan_kernel(
     qo_ptr,
     kv_ptr,
@@ -165,14 +180,15 @@ def plan_kernel(
         kv_stop = kve
 
     # ---- costs, their prefix sum, and its quotients by the payload ---------------------
-    bad_any = tl.max(bad.to(tl.int32), axis=0)
-    bad_any |= (tl.load(kv_ptr) != 0).to(tl.int32) | (tl.load(qo_ptr) != 0).to(tl.int32)
     cost = tl.where(valid, nblk + o, 0)
-    total64 = tl.sum(cost.to(tl.int64), axis=0)
-    overflow = (total64 >= MAX_COST) | (tl.max(nblk, axis=0) >= MAX_COST)
+    bad_any, nblk_max, total64 = tl.reduce(
+        (bad.to(tl.int32), nblk, cost.to(tl.int64)), 0, _max_max_add
+    )
+    bad_any |= (tl.load(kv_ptr) != 0).to(tl.int32) | (tl.load(qo_ptr) != 0).to(tl.int32)
+    overflow = (total64 >= MAX_COST) | (nblk_max >= MAX_COST)
     p_end = tl.cumsum(cost, axis=0)  # P_{i+1}
     p = p_end - cost  # P_i
-    p_total = tl.sum(cost, axis=0)
+    p_total = total64.to(tl.int32)
     d = tl.maximum((p_total + num_splits - 1) // num_splits, 1)  # payload minus overhead
     q_p = p // d
     r_p = p - q_p * d
@@ -235,17 +251,16 @@ def plan_kernel(
 
     # ---- per tile: counts, prefix sums, first works -------------------------------------
     p = q_p * d + r_p
-    g = tl.where(valid, 1 + cont, 0)
-    w_first = tl.cumsum(g, axis=0) - g
-    num_works = tl.sum(g, axis=0)
-    gp = tl.where(cont > 0, g, 0)
-    red_first = tl.cumsum(gp, axis=0) - gp
-    num_partials = tl.sum(gp, axis=0)
-    pw = gp * tsize
-    loc_first = tl.cumsum(pw, axis=0) - pw
-    vi = valid.to(tl.int32)
-    tile_id = tl.cumsum(vi, axis=0) - vi
-    num_tiles = tl.sum(vi, axis=0)
+    g = tl.where(valid, 1 + cont, 0)  # works
+    gp = tl.where(cont > 0, g, 0)  # partials
+    pw = gp * tsize  # partial rows
+    vi = valid.to(tl.int32)  # tiles
+    w_first, red_first, loc_first, tile_id = tl.associative_scan((g, gp, pw, vi), 0, _add4)
+    w_first -= g
+    red_first -= gp
+    loc_first -= pw
+    tile_id -= vi
+    num_works, num_partials, num_tiles = tl.reduce((g, gp, vi), 0, _add3)
     too_small = (num_works > max_work) | (num_partials > pm_len) | (num_tiles > tile_cnt)
     tl.debug_barrier()
     is_split = valid & (cont > 0)
