@@ -35,6 +35,7 @@ MAX_ENTRIES = 16384
 """Most (virtual batch x qo tile) entries one planner program holds in registers."""
 MIN_BLOCK = 128
 """Smallest lane count of a kernel variant (a variant per power of two above)."""
+MIN_PROGRAM_LANES = 512
 COUNTS = ("num_works", "num_partials", "num_tiles", "status", "sum_blocks", "payload")
 
 
@@ -152,8 +153,8 @@ def for_launch(plan: WorkPlan) -> WorkPlan:
 
 def _kblock(shape: PlanShape) -> int:
     """Lanes of the per-program vectors: programs + 1 rounded up to a power of two, at
-    least 128 (fewer kernel variants to compile)."""
-    return max(MIN_BLOCK, triton.next_power_of_2(shape.num_cu + 1))
+    least `MIN_PROGRAM_LANES` (one kernel variant for every device of up to 511 CUs)."""
+    return max(MIN_PROGRAM_LANES, triton.next_power_of_2(shape.num_cu + 1))
 
 
 def _tiling(shape: PlanShape) -> int:
