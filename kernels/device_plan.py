@@ -33,6 +33,8 @@ PLANNER_ENV = "MLA_TRITON_PLANNER"
 """``device`` (default) or ``host``: where a Triton builder on a CUDA device plans."""
 MAX_ENTRIES = 16384
 """Most (virtual batch x qo tile) entries one planner program holds in registers."""
+DEVICE_LIMIT = "beyond the device planner's limits"
+"""Part of every `PlanError` the device planner raises for a batch the reference can plan."""
 MIN_BLOCK = 128
 """Smallest lane count of a kernel variant (a variant per power of two above)."""
 MIN_PROGRAM_LANES = 512
@@ -99,8 +101,8 @@ class DeviceWorkPlan(WorkPlan):
                     t for bit, t in triton_planner.STATUS_BITS.items() if values["status"] & bit
                 ]
                 raise PlanError(
-                    f"kv_indptr: the device planner cannot plan this batch ({', '.join(problems)});"
-                    f" the sum of tile costs must stay below 2**30"
+                    f"kv_indptr: {DEVICE_LIMIT} ({', '.join(problems)}); the sum of tile "
+                    f"costs must stay below 2**28"
                 )
             self._host = values
         return self._host
@@ -250,7 +252,7 @@ def _entries(shape: PlanShape, batch: int, max_seqlen_qo: int) -> tuple[int, int
     if entries > MAX_ENTRIES:
         raise PlanError(
             f"kv_indptr: {batch} batches x {shape.fold_ratio} head groups x {ntmax} qo tiles "
-            f"= {entries} entries exceed the device planner's {MAX_ENTRIES}"
+            f"= {entries} entries: {DEVICE_LIMIT} (at most {MAX_ENTRIES} entries)"
         )
     return ntmax, entries
 
@@ -271,8 +273,9 @@ class DevicePlanner:
     """A builder's planner: the reference planner's call, answered on `device`.
 
     Inputs are copied to the device; the plan's counts are read back at once (so that a
-    bad batch raises while building, as with the reference planner). Batches of more
-    entries than `MAX_ENTRIES` are planned by the reference planner.
+    bad batch raises while building, as with the reference planner). Batches beyond the
+    device planner's limits (`MAX_ENTRIES`, the cost bound) are planned by the reference
+    planner.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -289,11 +292,11 @@ class DevicePlanner:
                 )
             )
             plan = plan_on_device(*moved, **call)
+            plan.host_counts()
         except PlanError as error:
-            if "exceed the device planner" not in str(error):
+            if DEVICE_LIMIT not in str(error):
                 raise
             return plan_persistent_decode(*inputs, **call).to(self.device)
-        plan.host_counts()
         return plan
 
 

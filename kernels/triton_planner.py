@@ -34,7 +34,7 @@ import triton.language as tl
 
 STATUS_BITS = {1: "bad input", 2: "tiles left over", 4: "buffer too small", 8: "cost overflow"}
 SCRATCH_FIELDS = tl.constexpr(16)  # int32 fields per tile kept for the programs' gathers
-MAX_COST = tl.constexpr(2**30)  # bound on the sum of tile costs (int32 arithmetic)
+MAX_COST = tl.constexpr(2**28)  # bound on the sum of tile costs: int32 arithmetic never wraps
 
 
 @triton.jit

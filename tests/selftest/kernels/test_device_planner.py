@@ -40,7 +40,7 @@ if not ON_GPU and type(tp.plan_kernel).__name__ != "InterpretedFunction":
 pytestmark = pytest.mark.selftest
 
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
-FUZZ = int(os.environ.get("MLA_PLANNER_FUZZ", "0")) or (600 if ON_GPU else 90)
+FUZZ = int(os.environ.get("MLA_PLANNER_FUZZ", "0")) or (600 if ON_GPU else 60)
 FP8 = torch.float8_e4m3fnuz
 COUNT_NAMES = ("num_works", "num_partials", "num_tiles")
 
@@ -244,3 +244,20 @@ def test_device_planner_checks_at_once_and_falls_back_when_too_large(
     plan = planner(**base_call())
     assert not isinstance(plan, device_plan.DeviceWorkPlan)
     assert not plan_differences(plan, plan_persistent_decode(**base_call()))
+
+
+def test_a_batch_over_the_cost_bound_is_refused_and_planned_on_the_host() -> None:
+    call = base_call(
+        qo_indptr=torch.tensor([0, 1], dtype=torch.int32),
+        kv_indptr=torch.tensor([0, 2**28 + 5], dtype=torch.int32),
+        kv_last_page_lens=torch.tensor([1], dtype=torch.int32),
+        max_seqlen_qo=1,
+        uni_seqlen_qo=1,
+        kv_granularity=1,
+    )
+    plan = device_plan.plan_on_device(**on_device(call))
+    with pytest.raises(PlanError, match=device_plan.DEVICE_LIMIT):
+        plan.host_counts()
+    fallback = device_plan.DevicePlanner(DEVICE)(**call)
+    assert not isinstance(fallback, device_plan.DeviceWorkPlan)
+    assert not plan_differences(fallback, plan_persistent_decode(**call))
