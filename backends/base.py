@@ -29,6 +29,8 @@ class KVCacheSpec:
     block_size: int
     dtype: torch.dtype = torch.bfloat16
     head_size: int = 576
+    num_blocks: int | None = None
+    """Blocks in the cache, the null block included; None: not known (ids bounded below only)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,9 @@ class Backend(ABC):
     numerics: ClassVar[str] = "fp32-reference"
     """How its decode computes: ``fp32-reference`` or ``tensor-core`` (bf16 dot operands);
     selects the tolerance (conformance/numerics/tolerances.py)."""
+    device_kind: ClassVar[str] = "cpu"
+    """The kind of device its decode needs: ``cpu``, ``cuda`` or ``rocm``; the sign-off checks
+    every run's provenance against it."""
     tiny_cases_only: ClassVar[bool] = False
     """Run only the golden cases marked tiny (an interpreter is slow)."""
 

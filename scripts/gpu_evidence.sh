@@ -4,9 +4,12 @@
 # Uses the machine's own python3, torch and triton; pure-Python wheels the machine lacks
 # (junitparser, defusedxml) may be carried in .whl/. Runs exactly what `nox -s cuda` runs,
 # plus the Triton kernel selftests natively, then the decode benchmark, and writes into
-# OUTDIR: cuda.xml + cuda.meta.json (the conformance run), kernels.xml, versions.json,
-# the benchmark's <date>-<gpu>.{json,md} and log.txt. A copy of the tree without git
-# metadata names its commit in MLA_CONFORMANCE_GIT_COMMIT.
+# OUTDIR: evidence/<date>-cuda/ (ready to commit as reports/evidence/<date>-cuda/: cuda.xml,
+# cuda.meta.json, versions.json with the fingerprint of the files that decide the backend,
+# machine.json), cuda.xml + cuda.meta.json, kernels.xml, the benchmark's
+# <date>-<gpu>.{json,md} and log.txt. `--save-evidence` refuses a run in which no test
+# passed or that did not run on a CUDA device; the script then exits non-zero.
+# A copy of the tree without git metadata names its commit in MLA_CONFORMANCE_GIT_COMMIT.
 #
 #   MLA_CONFORMANCE_GIT_COMMIT=<sha> scripts/gpu_evidence.sh OUTDIR [--no-bench]
 set -uo pipefail
@@ -24,7 +27,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target "$site_dir" .whl/*.whl && export PYTHONPATH=$site_dir${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-python3 - "$out/versions.json" <<'PY'
+python3 - "$out/machine.json" <<'PY'
 import json, os, platform, subprocess, sys
 import torch
 commit = os.environ.get("MLA_CONFORMANCE_GIT_COMMIT") or "unknown"
@@ -41,9 +44,12 @@ if torch.cuda.is_available():
     info.update(device=props.name, sm_count=props.multi_processor_count,
                 capability=f"{props.major}.{props.minor}",
                 memory_gib=round(props.total_memory / 2**30, 1))
-smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                     capture_output=True, text=True)
-info["nvidia_smi"] = smi.stdout.strip() or smi.stderr.strip()
+try:
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                          "--format=csv,noheader"], capture_output=True, text=True)
+    info["nvidia_smi"] = smi.stdout.strip() or smi.stderr.strip()
+except OSError as exc:
+    info["nvidia_smi"] = f"not runnable: {exc}"
 json.dump(info, open(sys.argv[1], "w"), indent=2)
 print(json.dumps(info, indent=2))
 PY
@@ -56,7 +62,15 @@ mkdir -p "$run_dir"
 python3 -m pytest tests/conformance --backend=cuda --junitxml="$run_dir/cuda.xml" \
   -o junit_suite_name=mla-cuda -p no:cacheprovider -q -rfEs || status=$?
 cp "$run_dir"/cuda.xml "$run_dir"/cuda.meta.json "$out"/ || status=$?
-python3 -m pytest tests/selftest/test_triton_mla.py --junitxml="$out/kernels.xml" \
+# The evidence folder: checked (passed tests, CUDA device, claims that agree) and fingerprinted.
+if python3 -m conformance signoff --junit-dir "$run_dir" --evidence "$out/evidence" \
+    --save-evidence cuda; then
+  cp "$out/machine.json" "$out"/evidence/*-cuda/ || status=$?
+else
+  echo "gpu_evidence: the run was refused as evidence (see above)"
+  status=1
+fi
+python3 -m pytest tests/selftest/kernels/test_triton_mla.py --junitxml="$out/kernels.xml" \
   -p no:cacheprovider -q -rfEs || status=$?
 if [ "$bench" = 1 ]; then
   python3 -m benchmarks.bench_decode --out "$out" || status=$?

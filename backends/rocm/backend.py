@@ -41,6 +41,7 @@ class RocmAiterBackend(Backend):
     """AMD AITER's persistent MLA decode (asm kernels) on an MI300 or MI350 GPU."""
 
     name: ClassVar[str] = "rocm"
+    device_kind: ClassVar[str] = "rocm"
     layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
     numerics: ClassVar[str] = "tensor-core"
 

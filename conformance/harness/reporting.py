@@ -16,7 +16,8 @@ What it does, and when:
   versions, git commit and timestamps. It is written when ``--junitxml`` is set and either the
   file name follows the convention (``<backend>.xml`` / ``<backend>-shard-I-of-N.xml``) or
   conformance tests were collected; a first version marked ``"finished": false`` is written at
-  session start so a run that crashes before pytest writes its JUnit leaves a trace.
+  session start so a run that crashes before pytest writes its JUnit leaves a trace. Once pytest
+  has written the JUnit file (``pytest_unconfigure``), its sha256 is added as ``junit_sha256``.
 - On a multi-GPU host, each xdist worker of a cuda/rocm run sees one GPU
   (`conformance.harness.gpu_pinning`).
 """
@@ -24,6 +25,7 @@ What it does, and when:
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import sys
@@ -124,6 +126,21 @@ def _availability(backend: str) -> tuple[bool | None, str | None]:
         return bool(availability.available), str(getattr(availability, "reason", "") or "")
     except Exception as error:  # the registry is optional; its failure is a fact to record
         return None, f"availability unknown: {type(error).__name__}: {error}"
+
+
+def _device_kind(backend: str) -> str | None:
+    """The kind of device the backend's tensors live on here: cpu, cuda, rocm, or none."""
+    registry, torch = sys.modules.get("backends.registry"), sys.modules.get("torch")
+    if registry is None or torch is None:
+        return None
+    try:
+        if registry.get_backend(backend).device.type == "cpu":
+            return "cpu"
+        if not torch.cuda.is_available():
+            return "none"
+        return "rocm" if getattr(torch.version, "hip", None) else "cuda"
+    except Exception:  # a fact we cannot read is simply absent
+        return None
 
 
 def _device_runtime_initialised() -> bool:
@@ -315,6 +332,7 @@ def _process_facts(state: RunState) -> dict[str, Any]:
         "available": available,
         "availability_reason": reason,
         "device": provenance.device_name(state.backend),
+        "device_kind": _device_kind(state.backend),
         "versions": provenance.package_versions(),
         "pinned": state.pinned,
         **provenance.torch_build(),
@@ -395,6 +413,30 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     _stamp_junit_suite(config, state)
     _write_sidecar(config, state, finished=True, exitstatus=int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Controller: add the sha256 of the JUnit file to the sidecar.
+
+    pytest writes the JUnit file in its own ``pytest_sessionfinish``; every
+    ``pytest_sessionfinish`` has returned before any ``pytest_unconfigure`` runs, so the file
+    hashed here is the finished one.
+    """
+    state = config.stash.get(STATE_KEY, None)
+    if state is None or _is_worker(config) or not _sidecar_wanted(state):
+        return
+    assert state.junit_path is not None
+    companion = sidecar_path(state.junit_path)
+    try:
+        document = json.loads(companion.read_text(encoding="utf-8"))
+        data = state.junit_path.read_bytes()
+    except (OSError, ValueError):
+        return  # no JUnit file (or sidecar) to seal; the sign-off names what is missing
+    if not isinstance(document, dict) or document.get("run_id") != state.run_id:
+        return
+    document["junit_sha256"] = hashlib.sha256(data).hexdigest()
+    atomic_write_text(companion, json.dumps(document, indent=2) + "\n")
 
 
 @pytest.hookimpl(optionalhook=True)

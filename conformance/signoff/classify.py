@@ -1,9 +1,14 @@
 """One outcome per test: JUnit's pass/fail/error/skip refined by the expectation file.
 
-- ``<skipped type="pytest.xfail">`` is an xfail, never a skip.
+- ``<skipped type="pytest.xfail">`` is an xfail, never a skip; it is explained only by an
+  ``xfail:`` entry (or the plugin's ``expected failure (...)`` prefix): a test that calls
+  ``pytest.xfail()`` on its own is unexplained.
+- A skip whose reason starts ``not applicable: `` (and gives one) is a test the backend's own
+  declaration rules out: NOT APPLICABLE, neither passed nor blocking.
 - A skip whose reason starts ``backend <name> unavailable:`` is the backend not running here.
 - A skip is *expected* when the backend's expectation file lists it as ``skip:`` (or its reason
-  carries the plugin's ``expected skip (...)`` prefix); any other skip is unexplained.
+  carries the plugin's ``expected skip (...)`` prefix); any other skip is unexplained, and so is
+  a skip with no reason (pytest's default ``Skipped`` / ``unconditional skip``).
 - A failure the expectation file lists as ``xfail:`` counts as xfail (the run predates the
   entry); a pass it lists is reported so the entry can be removed.
 """
@@ -15,6 +20,7 @@ from collections.abc import Iterable, Sequence
 
 from conformance.harness.expectations import (
     EXPECTED_SKIP_PREFIX,
+    EXPECTED_XFAIL_PREFIX,
     Expectation,
     match_expectation,
     stale_entries,
@@ -22,6 +28,24 @@ from conformance.harness.expectations import (
 from conformance.signoff.model import CaseResult, Outcome
 
 XPASS_STRICT_PREFIX = "[XPASS(strict)]"
+NOT_APPLICABLE_PREFIX = "not applicable: "
+EMPTY_REASONS: frozenset[str] = frozenset({"", "skipped", "unconditional skip"})
+
+
+def _is_empty_reason(message: str) -> bool:
+    return message.strip().lower().removeprefix("skipped:").strip() in EMPTY_REASONS
+
+
+def _skip_outcome(message: str, backend: str, entry: Expectation | None) -> tuple[Outcome, str]:
+    if _is_empty_reason(message):
+        return Outcome.SKIPPED, f"skipped with no reason ({message.strip() or 'empty'!r})"
+    if message.startswith(NOT_APPLICABLE_PREFIX) and message[len(NOT_APPLICABLE_PREFIX) :].strip():
+        return Outcome.NOT_APPLICABLE, message
+    if message.startswith(unavailable_prefix(backend)):
+        return Outcome.UNAVAILABLE, message
+    if message.startswith(EXPECTED_SKIP_PREFIX) or (entry is not None and entry.kind == "skip"):
+        return Outcome.EXPECTED_SKIP, message
+    return Outcome.SKIPPED, message
 
 
 def unavailable_prefix(backend: str) -> str:
@@ -44,12 +68,13 @@ def classify(
         entry = match_expectation(expectations, case.node_id)
         outcome, message = case.outcome, case.message
         if outcome == Outcome.SKIPPED:
-            if message.startswith(unavailable_prefix(backend)):
-                outcome = Outcome.UNAVAILABLE
-            elif message.startswith(EXPECTED_SKIP_PREFIX) or (
-                entry is not None and entry.kind == "skip"
+            outcome, message = _skip_outcome(message, backend, entry)
+        elif outcome == Outcome.XFAIL:
+            if not message.startswith(EXPECTED_XFAIL_PREFIX) and (
+                entry is None or entry.kind != "xfail"
             ):
-                outcome = Outcome.EXPECTED_SKIP
+                outcome = Outcome.SKIPPED
+                message = f"xfail with no expectation entry: {message or '(no reason)'}"
         elif (
             outcome == Outcome.FAILED
             and entry is not None

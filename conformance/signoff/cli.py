@@ -3,27 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from conformance.harness.expectations import DEFAULT_EXPECTATIONS_DIR
-from conformance.signoff.engine import SignoffOptions, SignoffUsageError, run_signoff
+from conformance.signoff.engine import (
+    SignoffOptions,
+    SignoffUsageError,
+    remove_outputs,
+    run_signoff,
+)
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.evidence import save_evidence
-from conformance.signoff.model import RELEASE_BACKENDS, Status
+from conformance.signoff.machine import known_backends
+from conformance.signoff.model import RELEASE_BACKENDS, SignoffResult, Status
+from conformance.signoff.paths import relative_text
 
 EPILOG = f"""\
 Reads <reports>/junit/<backend>.xml and <backend>-shard-<i>-of-<n>.xml with their
 *.meta.json sidecars, plus committed evidence (<evidence>/<YYYY-MM-DD>-<backend>/) for
-backends without reports of their own. Writes <reports>/conformance.xml, signoff.md,
-signoff.json and signoff.html.
+backends without reports of their own (or whose own reports skipped every test).
+Writes <reports>/conformance.xml, signoff.md, signoff.json and signoff.html.
 
 Required backends: --release ({", ".join(RELEASE_BACKENDS)}) and/or --require; by default
 the backends this machine can run (backends.registry), else those with reports.
 
-Exit status: 0 PASS, 1 FAIL (a test failed), 3 INCOMPLETE (a required backend did not run,
-a report is missing or unreadable, ids are missing or duplicated, or a skip is unexplained),
-2 usage or I/O error.
+A release sign-off recomputes each backend's test ids by collection (--no-collect trusts
+the sidecars). Evidence whose files changed since it was made is STALE.
+
+Exit status: 0 PASS, 1 FAIL (a test failed), 3 INCOMPLETE (a required backend did not run
+or is STALE, a report is missing, unreadable or contradicts itself, ids are missing or
+duplicated, or a skip or xfail is unexplained), 2 usage or I/O error (the sign-off outputs
+are then removed, never left from an earlier run).
 """
 
 
@@ -83,6 +95,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "trusting the sidecars",
     )
     parser.add_argument(
+        "--no-collect",
+        action="store_true",
+        help="with --release: trust the sidecars' collected ids instead of collecting",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="an earlier signoff.json: list tests newly failing, newly passing, added, removed",
+    )
+    parser.add_argument(
         "--expectations-dir",
         type=Path,
         default=DEFAULT_EXPECTATIONS_DIR,
@@ -93,8 +117,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--save-evidence",
         default=None,
         metavar="BACKEND",
-        help="copy BACKEND's reports into <evidence>/<today>-BACKEND/ with versions.json, "
-        "then exit (to commit GPU results)",
+        help="copy BACKEND's reports into <evidence>/<today>-BACKEND/ with versions.json and "
+        "the fingerprint of its files, then exit (to commit GPU results); refuses a run in "
+        "which no test passed, made on the wrong kind of device, or whose claims disagree",
     )
 
 
@@ -108,54 +133,87 @@ def options_from(args: argparse.Namespace) -> SignoffOptions:
         release=args.release,
         evidence_dir=evidence,
         collect=args.collect,
+        no_collect=args.no_collect,
+        baseline=args.baseline,
         root=Path.cwd(),
         expectations_dir=args.expectations_dir,
     )
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run the sign-off; print a summary; return the verdict's exit code."""
-    options = options_from(args)
-    if args.save_evidence:
-        try:
-            target = save_evidence(
-                options.junit_path,
-                args.save_evidence,
-                options.evidence_dir or args.reports / "evidence",
-            )
-        except (SignoffInputError, OSError) as error:
-            print(f"signoff: {error}", file=sys.stderr)
-            return 2
-        print(f"evidence saved in {target}; commit it to use it in a release sign-off")
-        return 0
+def _say(text: str, *, error: bool = False) -> None:
+    """Print, surviving a reader that went away (``| head -1``)."""
     try:
-        result = run_signoff(options)
-    except SignoffUsageError as error:
-        print(f"signoff: {error}", file=sys.stderr)
+        print(text, file=sys.stderr if error else sys.stdout, flush=True)
+    except BrokenPipeError:
+        # nobody reads on: send the rest (and the interpreter's final flush) nowhere
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, (sys.stderr if error else sys.stdout).fileno())
+
+
+def _save(args: argparse.Namespace, options: SignoffOptions) -> int:
+    backends = options.backends
+    try:
+        target = save_evidence(
+            options.junit_path,
+            args.save_evidence,
+            options.evidence_dir or args.reports / "evidence",
+            root=options.root,
+            expected_kind=backends.device_kind(args.save_evidence),
+            known_backends=known_backends(backends, options.expectations_dir),
+        )
+    except (SignoffInputError, OSError) as error:
+        _say(f"signoff: {relative_text(str(error), options.root)}", error=True)
         return 2
-    except OSError as error:
-        print(f"signoff: cannot write the reports: {error}", file=sys.stderr)
-        return 2
-    print(f"MLA conformance sign-off: {result.verdict.value}")
-    print(f"required: {', '.join(result.required) or 'none'} ({result.required_source})")
+    _say(f"evidence saved in {relative_text(str(target), options.root)}; commit it")
+    return 0
+
+
+def _summary(result: SignoffResult) -> list[str]:
+    lines = [
+        f"MLA conformance sign-off: {result.verdict.value}",
+        f"required: {', '.join(result.required) or 'none'} ({result.required_source})",
+    ]
+    lines += [f"  blocking: {line}" for line in result.blocking]
     for backend in result.backends.values():
         marker = " (required)" if backend.required else ""
         source = ""
         if backend.input.source == "evidence":
             source = f" [evidence {backend.input.evidence_date}]"
-        print(
+        lines.append(
             f"  {backend.backend:<10} {backend.status.value:<10}{marker}{source}: {backend.reason}"
         )
-    for line in result.blocking:
-        print(f"  blocking: {line}")
     stale = sum(len(backend.stale_expectations) for backend in result.backends.values())
     if stale:
-        print(f"  warning: {stale} stale expectation entries (see signoff.md)")
-    for name, path in result.outputs.items():
-        print(f"  {name}: {path}")
-    not_run = [b for b in result.backends.values() if b.status == Status.NOT_RUN]
-    if not_run and result.verdict.exit_code == 0:
-        print("  not signed off here: " + ", ".join(b.backend for b in not_run))
+        lines.append(f"  warning: {stale} stale expectation entries (see signoff.md)")
+    lines += [f"  {name}: {path}" for name, path in result.outputs.items()]
+    not_signed = [b.backend for b in result.backends.values() if b.status != Status.PASS]
+    if not_signed:
+        lines.append("  not signed off here: " + ", ".join(not_signed))
+    return [relative_text(line, result.root) for line in lines]
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the sign-off; print a summary; return the verdict's exit code."""
+    if not args.reports.is_dir():
+        _say(f"signoff: --reports {args.reports}: no such directory", error=True)
+        return 2
+    if args.baseline is not None and not args.baseline.is_file():
+        _say(f"signoff: --baseline {args.baseline}: no such file", error=True)
+        return 2
+    options = options_from(args)
+    if args.save_evidence:
+        return _save(args, options)
+    try:
+        result = run_signoff(options)
+    except (SignoffUsageError, SignoffInputError, OSError) as error:
+        remove_outputs(options.reports_dir)
+        _say(f"signoff: {relative_text(str(error), options.root)}", error=True)
+        return 2
+    except BaseException:
+        remove_outputs(options.reports_dir)  # a crash leaves no earlier verdict standing
+        raise
+    for line in _summary(result):
+        _say(line)
     return result.verdict.exit_code
 
 

@@ -29,8 +29,6 @@ def _sidecar_issues(
     file_name: str, document: dict[str, Any], *, backend: str, shard: Shard | None
 ) -> list[str]:
     issues = []
-    if document.get("backend") not in (None, backend):
-        issues.append(f"{file_name}: its sidecar says backend {document.get('backend')!r}")
     expected_shard = None if shard is None else str(shard)
     if document.get("shard") != expected_shard:
         issues.append(
@@ -54,7 +52,23 @@ def _sidecar_issues(
             f"{file_name}: {filtered} tests were deselected (-k, -m or --deselect); "
             "a sign-off needs the full set"
         )
+    if document.get("selection") == "partial":
+        issues.append(
+            f"{file_name}: the run selected part of the tests ({_selection_reason(document)}); "
+            "a sign-off needs the full set"
+        )
     return issues
+
+
+def _selection_reason(document: dict[str, Any]) -> str:
+    """The reason the harness gives for a partial selection, wherever it keeps it."""
+    for key in ("selection_reason", "selection_reasons", "partial_reason", "selection_why"):
+        value = document.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+        if isinstance(value, list) and value:
+            return "; ".join(str(item) for item in value)
+    return "no reason recorded"
 
 
 def check_completeness(

@@ -61,16 +61,19 @@ def discover(
         if path not in junit_files and path not in sidecars and not path.name.startswith("."):
             found.warnings.append(f"{path}: not a JUnit report or sidecar; ignored")
 
-    def backend_input(backend: str) -> BackendInput:
-        return found.inputs.setdefault(backend, BackendInput(backend))
-
-    for path in junit_files:
+    def backend_input(path: Path) -> BackendInput | None:
         try:
             backend = _backend_of(path, known_backends=known_backends)
         except SignoffInputError as error:
             found.errors.append(str(error))
+            return None
+        return found.inputs.setdefault(backend, BackendInput(backend))
+
+    for path in junit_files:
+        target = backend_input(path)
+        if target is None:
             continue
-        target = backend_input(backend)
+        backend = target.backend
         _, shard = parse_junit_name(path.name)
         companion = sidecar_path(path)
         sidecar = None
@@ -95,14 +98,9 @@ def discover(
         target.runs.append(run)
     for path in sidecars:
         junit_path = path.with_name(path.name.removesuffix(SIDECAR_SUFFIX) + ".xml")
-        if junit_path.exists():
+        target = None if junit_path.exists() else backend_input(path)
+        if target is None:
             continue
-        try:
-            backend = _backend_of(path, known_backends=known_backends)
-        except SignoffInputError as error:
-            found.errors.append(str(error))
-            continue
-        target = backend_input(backend)
         target.orphan_sidecars.append(path)
         try:
             target.orphan_documents[path] = load_sidecar(path)

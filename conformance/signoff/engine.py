@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,10 +17,11 @@ from conformance.harness.expectations import (
 )
 from conformance.signoff import machine
 from conformance.signoff.atomic import atomic_write_bytes
+from conformance.signoff.baseline import load_baseline
 from conformance.signoff.collect import collect_ids
 from conformance.signoff.discovery import discover
 from conformance.signoff.errors import SignoffInputError
-from conformance.signoff.evidence import find_evidence, load_evidence
+from conformance.signoff.evidence import evidence_staleness, find_evidence, load_evidence
 from conformance.signoff.loading import MAX_JUNIT_BYTES
 from conformance.signoff.merge import merged_junit
 from conformance.signoff.model import (
@@ -27,6 +29,7 @@ from conformance.signoff.model import (
     RELEASE_BACKENDS,
     BackendInput,
     BackendResult,
+    Outcome,
     SignoffResult,
     Status,
 )
@@ -57,12 +60,19 @@ class SignoffOptions:
     release: bool = False
     evidence_dir: Path | None = None  # None: no evidence
     collect: bool = False
+    no_collect: bool = False  # a release collects unless told not to
+    baseline: Path | None = None  # an earlier signoff.json to compare with
     root: Path = field(default_factory=Path.cwd)
     expectations_dir: Path = DEFAULT_EXPECTATIONS_DIR
     write: bool = True
     max_bytes: int = MAX_JUNIT_BYTES
     collector: Callable[[str], list[str]] | None = None  # for --collect; default: pytest
     backends: machine.BackendView = field(default_factory=machine.RegistryView)
+
+    @property
+    def collect_now(self) -> bool:
+        """Recompute the expected ids by collection (``--collect``, or a release)."""
+        return self.collect or (self.release and not self.no_collect)
 
     @property
     def junit_path(self) -> Path:
@@ -105,9 +115,48 @@ def _blocking(results: Sequence[BackendResult], errors: Sequence[str]) -> list[s
     for result in results:
         if result.status in (Status.FAIL, Status.INCOMPLETE):
             lines.append(f"{result.backend}: {result.status.value}: {result.reason}")
-        elif result.required and result.status == Status.NOT_RUN:
-            lines.append(f"{result.backend}: required but not run: {result.reason}")
+        elif result.required and result.status in (Status.NOT_RUN, Status.STALE):
+            what = "not run" if result.status == Status.NOT_RUN else "stale"
+            lines.append(f"{result.backend}: required but {what}: {result.reason}")
     return lines + list(errors)
+
+
+def _all_skipped(backend_input: BackendInput) -> bool:
+    """A local report that ran nothing (every test skipped): it never shadows evidence."""
+    cases = [case for run in backend_input.runs for case in run.cases]
+    return (
+        bool(cases)
+        and not backend_input.problems
+        and all(case.outcome == Outcome.SKIPPED for case in cases)
+    )
+
+
+def _judge(
+    backend_input: BackendInput,
+    options: SignoffOptions,
+    *,
+    expectations: list[Expectation],
+    collected: list[str] | None,
+) -> BackendResult:
+    """`evaluate_backend`, turning an unforeseen error on hostile input into INCOMPLETE."""
+    backend = backend_input.backend
+    try:
+        return evaluate_backend(
+            backend_input,
+            required=False,  # decided later, once every backend's status is known
+            expectations=expectations,
+            collected=collected,
+            availability_reason=None
+            if backend_input.has_input
+            else options.backends.unavailable_reason(backend),
+            expected_kind=options.backends.device_kind(backend),
+        )
+    except (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as error:
+        files = ", ".join(run.path.name for run in backend_input.runs) or "its reports"
+        reason = f"{files} could not be judged ({type(error).__name__}: {error})"
+        return BackendResult(
+            backend, Status.INCOMPLETE, False, reason, backend_input, [], None, [reason], [], []
+        )
 
 
 def run_signoff(options: SignoffOptions) -> SignoffResult:
@@ -124,10 +173,19 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
             f"{old.path}: older than a newer evidence directory; not used" for old in index.older
         ]
         for backend, evidence in index.newest.items():
-            if backend in inputs and inputs[backend].has_input:
+            local = inputs.get(backend)
+            if local is not None and local.has_input and not _all_skipped(local):
                 warnings.append(f"{evidence.path}: not used, {backend} has reports of its own")
                 continue
-            inputs[backend] = load_evidence(evidence, known_backends=known, limit=options.max_bytes)
+            loaded = load_evidence(evidence, known_backends=known, limit=options.max_bytes)
+            loaded.stale = evidence_staleness(loaded, root=options.root)
+            if local is not None and local.has_input:
+                loaded.shadowed = [run.path.name for run in local.runs]
+                warnings.append(
+                    f"{backend}: every test of the local {', '.join(loaded.shadowed)} was "
+                    f"skipped; the evidence of {evidence.date} stands in for it"
+                )
+            inputs[backend] = loaded
     if options.require:
         _required(options, {}, known)  # reject unknown names before any work
     explicit = set(options.require or ()) | (set(RELEASE_BACKENDS) if options.release else set())
@@ -136,20 +194,17 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
     for backend in backend_order(shown):
         backend_input = inputs.get(backend) or BackendInput(backend)
         collected = None
-        if options.collect and (backend_input.has_input or backend in explicit):
+        if options.collect_now and (backend_input.has_input or backend in explicit):
             try:
                 collector = options.collector or (lambda name: collect_ids(name, root=options.root))
                 collected = collector(backend)
             except SignoffInputError as error:
                 errors.append(str(error))
-        results[backend] = evaluate_backend(
+        results[backend] = _judge(
             backend_input,
-            required=False,  # decided below, once every backend's status is known
+            options,
             expectations=_expectations(backend, options.expectations_dir, errors),
             collected=collected,
-            availability_reason=None
-            if backend_input.has_input
-            else options.backends.unavailable_reason(backend),
         )
     required, required_source = _required(options, results, known)
     for name in required:
@@ -172,7 +227,10 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
         blocking=_blocking(list(results.values()), errors),
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         reports_dir=options.reports_dir,
+        root=options.root,
     )
+    if options.baseline is not None:
+        result.baseline = load_baseline(options.baseline)
     if options.write:
         write_outputs(result)
     return result
@@ -187,7 +245,26 @@ def write_outputs(result: SignoffResult) -> None:
         "json": render_json(document).encode("utf-8"),
         "html": render_html(document).encode("utf-8"),
     }
-    outputs = {name: result.reports_dir / OUTPUT_NAMES[name] for name in payloads}
-    for name, payload in payloads.items():
-        atomic_write_bytes(outputs[name], payload)
+    outputs = output_paths(result.reports_dir)
+    try:
+        for name, payload in payloads.items():
+            atomic_write_bytes(outputs[name], payload)
+    except BaseException:
+        remove_outputs(result.reports_dir)  # never a new verdict beside an old one
+        raise
     result.outputs = outputs
+
+
+def output_paths(reports_dir: Path) -> dict[str, Path]:
+    """Where the sign-off writes each of its outputs."""
+    return {name: reports_dir / file_name for name, file_name in OUTPUT_NAMES.items()}
+
+
+def remove_outputs(reports_dir: Path) -> list[Path]:
+    """Delete every sign-off output in ``reports_dir`` (after a failed sign-off); the removed."""
+    removed = []
+    for path in output_paths(reports_dir).values():
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path)
+    return removed

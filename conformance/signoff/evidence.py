@@ -2,10 +2,11 @@
 
 Layout: ``reports/evidence/<YYYY-MM-DD>-<backend>/`` holding the JUnit file(s) of one backend
 (``cuda.xml`` or ``cuda-shard-I-of-N.xml``), their ``*.meta.json`` sidecars, and
-``versions.json`` (device, versions, where and by whom the run was made). `save_evidence`
-makes such a directory from ``reports/junit``. The sign-off uses the newest evidence of a
-backend only when this checkout has no report of its own for it, and marks it with its date
-and source.
+``versions.json`` (device, versions, where the run was made, and the fingerprint: the commit
+and the sha256 of the files that decide the backend's behaviour). `save_evidence` makes such a
+directory from ``reports/junit``. The sign-off uses the newest evidence of a backend when this
+checkout has no report of its own for it, or only one in which every test was skipped, and
+marks it with its date and source; evidence whose files have changed since is STALE.
 """
 
 from __future__ import annotations
@@ -21,27 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.harness.provenance import git_facts
 from conformance.harness.sharding import parse_junit_name
 from conformance.signoff.atomic import atomic_write_bytes, atomic_write_text, current_umask
 from conformance.signoff.discovery import SIDECAR_SUFFIX, discover
 from conformance.signoff.errors import SignoffInputError
+from conformance.signoff.fingerprint import FINGERPRINT_KEY, changed_files, fingerprint
+from conformance.signoff.integrity import integrity_issues
 from conformance.signoff.loading import MAX_JUNIT_BYTES, load_json_object, load_sidecar
-from conformance.signoff.model import BackendInput
+from conformance.signoff.model import MACHINE_FACTS, BackendInput, Outcome
 
 EVIDENCE_DIR_PATTERN = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})-(?P<backend>[A-Za-z0-9_.]+)$")
 VERSIONS_FILE = "versions.json"
-FACT_KEYS = (
-    "device",
-    "devices",
-    "versions",
-    "torch_cuda",
-    "torch_hip",
-    "python",
-    "platform",
-    "hostname",
-    "git_commit",
-    "git_dirty",
-)
+FACT_KEYS = MACHINE_FACTS
 
 
 @dataclass(frozen=True)
@@ -124,13 +117,66 @@ def load_evidence(
     return target
 
 
+def evidence_refusal(
+    junit_dir: Path,
+    backend: str,
+    *,
+    root: Path,
+    expected_kind: str | None,
+    known_backends: Collection[str],
+) -> str | None:
+    """Why ``backend``'s reports in ``junit_dir`` must not become evidence (None: they may)."""
+    found = discover(junit_dir, known_backends=set(known_backends) | {backend})
+    backend_input = found.inputs.get(backend)
+    if backend_input is None or not backend_input.runs:
+        return f"has no readable JUnit report of backend {backend!r}"
+    problems = list(backend_input.problems)
+    problems += integrity_issues(backend_input, expected_kind=expected_kind)
+    if problems:
+        return f"the {backend} reports cannot be trusted: {problems[0]}"
+    cases = [case for run in backend_input.runs for case in run.cases]
+    if not any(case.outcome == Outcome.PASSED for case in cases):
+        first = next((case.message for case in cases if case.message), "")
+        return (
+            f"no {backend} test passed ({len(cases)} reported"
+            + (f"; first reason: {first}" if first else "")
+            + "): that is no evidence of the backend"
+        )
+    here = git_facts(root).get("git_commit")
+    for run in backend_input.runs:
+        made_at = (run.sidecar or {}).get("git_commit")
+        if here and made_at and made_at != here:
+            return (
+                f"{run.path.name} was made at commit {made_at}, this checkout is at {here}: "
+                "the file hashes recorded now would not be those of the run"
+            )
+    return None
+
+
+def evidence_staleness(backend_input: BackendInput, *, root: Path) -> list[str]:
+    """Why evidence no longer describes the checkout at ``root`` (empty when it does)."""
+    recorded = (backend_input.evidence_facts or {}).get(FINGERPRINT_KEY)
+    if not isinstance(recorded, dict):
+        return ["no file hashes recorded"]
+    return changed_files(recorded, backend_input.backend, root)
+
+
 def save_evidence(
-    junit_dir: Path, backend: str, evidence_root: Path, *, date: dt.date | None = None
+    junit_dir: Path,
+    backend: str,
+    evidence_root: Path,
+    *,
+    root: Path,
+    expected_kind: str | None,
+    known_backends: Collection[str] = (),
+    date: dt.date | None = None,
 ) -> Path:
     """Copy ``backend``'s reports and sidecars from ``junit_dir`` into a new evidence directory.
 
-    Writes ``versions.json`` from the sidecars. The directory is filled under a temporary name
-    and renamed when complete; an existing directory is never overwritten.
+    Refuses reports in which no test passed, from the wrong kind of device, or whose claims
+    disagree (`evidence_refusal`). Writes ``versions.json`` from the sidecars, with the
+    fingerprint of the backend's files. The directory is filled under a temporary name and
+    renamed when complete; an existing directory is never overwritten.
     """
     day = (date or dt.date.today()).isoformat()
     target = evidence_root / f"{day}-{backend}"
@@ -146,6 +192,11 @@ def save_evidence(
             files.append(path)
     if not files:
         raise SignoffInputError(junit_dir, f"has no JUnit report of backend {backend!r}")
+    refusal = evidence_refusal(
+        junit_dir, backend, root=root, expected_kind=expected_kind, known_backends=known_backends
+    )
+    if refusal:
+        raise SignoffInputError(junit_dir, f"{refusal}; no evidence saved")
     evidence_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=evidence_root))
     try:
@@ -157,6 +208,7 @@ def save_evidence(
             f"at commit {facts.get('git_commit') or 'unknown'}",
             "files": copied,
             **facts,
+            FINGERPRINT_KEY: fingerprint(backend, root),
         }
         atomic_write_text(staging / VERSIONS_FILE, json.dumps(document, indent=2) + "\n")
         os.chmod(staging, 0o777 & ~current_umask())

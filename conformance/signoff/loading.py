@@ -6,6 +6,7 @@ for bad input, so one broken file can never stop the sign-off of the others.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -20,9 +21,12 @@ from conformance.harness.sharding import Shard
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.model import CaseResult, Outcome, RunReport
 
-MAX_JUNIT_BYTES = 64 * 1024 * 1024
+MAX_JUNIT_BYTES = 16 * 1024 * 1024  # the suite's own reports are ~100 KB
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_DETAIL_CHARS = 4000
+MAX_TESTCASES = 100_000
+MAX_XML_DEPTH = 16  # pytest nests 5 deep (testsuites/testsuite/testcase/properties/property)
+TEARDOWN_PREFIX = "failed on teardown"
 SIDECAR_FORMAT_PREFIX = "mla-conformance-run/"
 XFAIL_TYPE = "pytest.xfail"
 
@@ -74,7 +78,26 @@ def parse_xml(path: Path, data: bytes) -> Element:
         raise SignoffInputError(
             path, f"root element is <{root.tag}>, not <testsuites> or <testsuite>"
         )
+    depth = xml_depth(root, limit=MAX_XML_DEPTH)
+    if depth > MAX_XML_DEPTH:
+        raise SignoffInputError(
+            path,
+            f"nests elements more than {MAX_XML_DEPTH} deep (pytest's JUnit nests 5); "
+            "the file is refused",
+        )
     return root
+
+
+def xml_depth(root: Element, *, limit: int) -> int:
+    """The nesting depth of ``root`` (iterative; stops counting past ``limit``)."""
+    deepest, stack = 1, [(root, 1)]
+    while stack:
+        element, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return depth
+        stack.extend((child, depth + 1) for child in element)
+    return deepest
 
 
 def node_id_from_junit(classname: str, name: str) -> str:
@@ -131,8 +154,18 @@ def _properties(element: Element) -> dict[str, str]:
     return found
 
 
+def _is_teardown_pair(first: CaseResult, second: CaseResult) -> bool:
+    """pytest's one legitimate repeat: a failed call, then its teardown error."""
+    return (
+        not first.duplicated
+        and first.outcome in (Outcome.FAILED, Outcome.ERROR)
+        and second.outcome == Outcome.ERROR
+        and second.message.startswith(TEARDOWN_PREFIX)
+    )
+
+
 def _merge_case(first: CaseResult, second: CaseResult) -> CaseResult:
-    """One id twice in one file (pytest writes a teardown error as a second testcase)."""
+    """One id twice in one file: pytest's teardown pair is merged; anything else is marked."""
     worst, other = (
         (second, first)
         if second.outcome.severity > first.outcome.severity
@@ -154,6 +187,7 @@ def _merge_case(first: CaseResult, second: CaseResult) -> CaseResult:
         properties,
         first.time + second.time,
         worst.source,
+        duplicated=first.duplicated or not _is_teardown_pair(first, second),
     )
 
 
@@ -161,6 +195,10 @@ def cases_of(root: Element, *, path: Path) -> list[CaseResult]:
     """The test cases of a parsed JUnit document, one per node id."""
     by_id: dict[str, CaseResult] = {}
     for index, testcase in enumerate(root.iter("testcase")):
+        if index >= MAX_TESTCASES:
+            raise SignoffInputError(
+                path, f"holds more than {MAX_TESTCASES} testcases; the file is refused"
+            )
         name = testcase.get("name")
         if not name:
             raise SignoffInputError(path, f"testcase #{index + 1} has no name attribute")
@@ -190,13 +228,7 @@ def cases_of(root: Element, *, path: Path) -> list[CaseResult]:
 
 def load_sidecar(path: Path) -> dict[str, Any]:
     """A run sidecar (``*.meta.json``), checked for the fields the sign-off reads."""
-    data = read_bounded(path, limit=MAX_JSON_BYTES)
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise SignoffInputError(path, f"is not valid JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise SignoffInputError(path, "is not a JSON object")
+    document = load_json_object(path)
     file_format = document.get("format")
     if not isinstance(file_format, str) or not file_format.startswith(SIDECAR_FORMAT_PREFIX):
         raise SignoffInputError(
@@ -208,7 +240,7 @@ def load_sidecar(path: Path) -> dict[str, Any]:
             isinstance(value, list) and all(isinstance(item, str) for item in value)
         ):
             raise SignoffInputError(path, f"field {key!r} is not a list of node id strings")
-    for key in ("backend", "shard", "run_id"):
+    for key in ("backend", "shard", "run_id", "junit", "junit_sha256", "device_kind"):
         value = document.get(key)
         if value is not None and not isinstance(value, str):
             raise SignoffInputError(path, f"field {key!r} is {value!r}, expected a string")
@@ -216,7 +248,7 @@ def load_sidecar(path: Path) -> dict[str, Any]:
 
 
 def load_json_object(path: Path) -> dict[str, Any]:
-    """Any small JSON object (evidence ``versions.json``)."""
+    """Any small JSON object (a sidecar, evidence ``versions.json``, a baseline)."""
     data = read_bounded(path, limit=MAX_JSON_BYTES)
     try:
         document = json.loads(data.decode("utf-8"))
@@ -237,9 +269,15 @@ def load_run(
     limit: int = MAX_JUNIT_BYTES,
 ) -> RunReport:
     """Read one JUnit file into a `RunReport`; raise `SignoffInputError` naming it."""
-    root = parse_xml(path, read_bounded(path, limit=limit))
+    data = read_bounded(path, limit=limit)
+    root = parse_xml(path, data)
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     first_suite = suites[0] if suites else None
+    declared: int | None = None
+    try:
+        declared = sum(int(suite.get("tests") or "") for suite in suites) if suites else None
+    except ValueError:
+        declared = None
     return RunReport(
         path=path,
         backend=backend,
@@ -250,4 +288,6 @@ def load_run(
         sidecar=sidecar,
         sidecar_path=sidecar_path,
         root=root,
+        declared_tests=declared,
+        sha256=hashlib.sha256(data).hexdigest(),
     )

@@ -15,6 +15,13 @@ from typing import Protocol
 
 from conformance.signoff.model import DEFAULT_BACKENDS
 
+BUILTIN_DEVICE_KINDS: dict[str, str] = {
+    "cpu": "cpu",
+    "interpret": "cpu",
+    "cuda": "cuda",
+    "rocm": "rocm",
+}
+
 
 class BackendView(Protocol):
     """The questions the sign-off asks about backends."""
@@ -29,6 +36,10 @@ class BackendView(Protocol):
 
     def unavailable_reason(self, backend: str) -> str | None:
         """Why ``backend`` cannot run here; None when it can (or nobody can tell)."""
+        ...
+
+    def device_kind(self, backend: str) -> str | None:
+        """The device kind ``backend`` declares (cpu, cuda, rocm); None when unknown."""
         ...
 
 
@@ -69,6 +80,15 @@ class RegistryView:
             return None
         return f"backend {backend} unavailable: {availability.reason}"
 
+    def device_kind(self, backend: str) -> str | None:
+        """``Backend.device_kind`` from the registry, else the built-in table."""
+        try:
+            from backends.registry import get_backend
+
+            return str(get_backend(backend).device_kind)
+        except Exception:
+            return BUILTIN_DEVICE_KINDS.get(backend)
+
 
 @dataclass
 class StaticView:
@@ -77,6 +97,7 @@ class StaticView:
     names: Sequence[str] = ()
     runnable_names: Sequence[str] | None = None
     reasons: Mapping[str, str] = field(default_factory=dict)
+    kinds: Mapping[str, str] = field(default_factory=lambda: dict(BUILTIN_DEVICE_KINDS))
 
     def registered(self) -> list[str]:
         """The fixed names."""
@@ -89,6 +110,10 @@ class StaticView:
     def unavailable_reason(self, backend: str) -> str | None:
         """The fixed reason for ``backend``, if any."""
         return self.reasons.get(backend)
+
+    def device_kind(self, backend: str) -> str | None:
+        """The fixed device kind of ``backend``, if any."""
+        return self.kinds.get(backend)
 
 
 def known_backends(view: BackendView, expectations_dir: Path) -> set[str]:

@@ -4,7 +4,8 @@ Each suite is renamed ``mla-<backend>`` and stamped with the facts of its run (f
 sidecar, or the evidence ``versions.json``) as ``<testsuite>`` properties, since pytest cannot
 record suite properties under xdist. Distinct properties keep junitparser from folding shards
 into one suite. Problems the sign-off found (a missing shard, missing ids, a file it could
-not read, a required backend that did not run) are added as ``<error>`` test cases of a
+not read, a required backend that did not run or is stale) are added as ``<error>`` test
+cases of a
 ``mla-signoff`` suite, so a tool that only reads this file still sees a non-passing result.
 """
 
@@ -94,6 +95,10 @@ def merged_junit(results: Sequence[BackendResult], *, errors: Sequence[str]) -> 
         if result.status == Status.NOT_RUN:
             problems.append(
                 (classname, f"{result.backend} not run: {result.reason}", result.required)
+            )
+        elif result.status == Status.STALE:
+            problems.append(
+                (classname, f"{result.backend} stale: {result.reason}", result.required)
             )
         elif result.status != Status.PASS:
             problems.extend((classname, issue, True) for issue in result.issues)

@@ -11,6 +11,20 @@ from conformance.harness.sharding import Shard
 
 DEFAULT_BACKENDS: tuple[str, ...] = ("cpu", "interpret", "cuda", "rocm")
 RELEASE_BACKENDS: tuple[str, ...] = ("cpu", "cuda", "rocm")
+MACHINE_FACTS: tuple[str, ...] = (
+    "device",
+    "device_kind",
+    "devices",
+    "versions",
+    "torch_cuda",
+    "torch_hip",
+    "python",
+    "platform",
+    "hostname",
+    "git_commit",
+    "git_dirty",
+)
+"""The sidecar facts that describe the machine and software of a run."""
 
 
 class Outcome(str, enum.Enum):
@@ -21,6 +35,7 @@ class Outcome(str, enum.Enum):
     ERROR = "error"
     XFAIL = "xfail"
     EXPECTED_SKIP = "expected-skip"
+    NOT_APPLICABLE = "not-applicable"  # skipped: ``not applicable: <why>`` (backend declaration)
     UNAVAILABLE = "unavailable"
     SKIPPED = "skipped"  # a skip nothing explains
 
@@ -33,6 +48,7 @@ class Outcome(str, enum.Enum):
 _SEVERITY: dict[Outcome, int] = {
     Outcome.PASSED: 0,
     Outcome.XFAIL: 1,
+    Outcome.NOT_APPLICABLE: 2,
     Outcome.EXPECTED_SKIP: 2,
     Outcome.UNAVAILABLE: 3,
     Outcome.SKIPPED: 4,
@@ -48,6 +64,7 @@ class Status(str, enum.Enum):
     PASS = "PASS"
     FAIL = "FAIL"
     INCOMPLETE = "INCOMPLETE"
+    STALE = "STALE"  # evidence made from files that have changed since
     NOT_RUN = "NOT RUN"
 
 
@@ -76,6 +93,7 @@ class CaseResult:
     properties: dict[str, str]
     time: float
     source: str  # the JUnit file name
+    duplicated: bool = False  # the id appeared twice in its file, not as pytest's teardown pair
 
 
 @dataclass
@@ -91,6 +109,8 @@ class RunReport:
     sidecar: dict[str, Any] | None
     sidecar_path: Path | None
     root: Any = field(default=None, repr=False)  # the parsed XML, for the merge
+    declared_tests: int | None = None  # the suite's ``tests`` attribute
+    sha256: str = ""  # of the file's bytes as read
 
 
 @dataclass
@@ -107,6 +127,8 @@ class BackendInput:
     evidence_date: str | None = None
     evidence_path: Path | None = None
     evidence_facts: dict[str, Any] | None = None
+    stale: list[str] = field(default_factory=list)  # why the evidence no longer holds
+    shadowed: list[str] = field(default_factory=list)  # local files evidence stood in for
 
     @property
     def has_input(self) -> bool:
@@ -156,3 +178,5 @@ class SignoffResult:
     generated_at: str
     reports_dir: Path
     outputs: dict[str, Path] = field(default_factory=dict)
+    baseline: dict[str, Any] | None = None  # an earlier signoff.json (``--baseline``)
+    root: Path | None = None  # the repository: paths in the reports are relative to it

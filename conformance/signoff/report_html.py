@@ -1,6 +1,9 @@
-"""``signoff.html``: one self-contained page (inline CSS, no script, no external resource).
+"""``signoff.html``: one self-contained page (inline CSS and SVG, no script, no external resource).
 
-Every string from a report is escaped: JUnit messages are untrusted input.
+Read top down: the verdict, what blocks a PASS (one line per backend), the backends, what is
+not signed off here, the family matrix, the tolerance headroom, changes since a baseline, then
+the details (problems, failures, not applicable, evidence, provenance, warnings). Every string
+from a report is escaped: JUnit messages are untrusted input.
 """
 
 from __future__ import annotations
@@ -8,24 +11,39 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from conformance.signoff.report_md import COUNT_COLUMNS, family_cell, source_text
+from conformance.signoff.chart import headroom_svg, omitted_cases
+from conformance.signoff.report_md import (
+    BASELINE_KINDS,
+    all_problems,
+    all_warnings,
+    family_cell,
+    provenance_text,
+    shown_columns,
+    source_text,
+)
 
 MAX_MESSAGE_CHARS = 4000
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:2rem;color:#1b1b1b;max-width:80rem}
+body{font-family:system-ui,sans-serif;margin:2rem;color:#1b1b1b;max-width:78rem}
 table{border-collapse:collapse;margin:1rem 0}
 th,td{border:1px solid #ccc;padding:.3rem .6rem;text-align:left;vertical-align:top}
-th{background:#f3f3f3}
+th{background:#f3f3f3}.n{text-align:right;white-space:nowrap}.why{min-width:16rem}
+td.PASS,td.FAIL,td.INCOMPLETE,td.STALE,td.NOTRUN,td.MISSING{white-space:nowrap}
 .PASS{background:#d9f2d9}.FAIL{background:#f8d0d0}.INCOMPLETE{background:#fde8c0}
-.NOTRUN{background:#e6e6e6}
+.STALE{background:#fde8c0}.NOTRUN{background:#e6e6e6;color:#555}
+.MISSING{background:#f3b0b0;font-weight:bold}
 .verdict{display:inline-block;padding:.2rem .8rem;border-radius:.3rem}
+.blocking{border-left:.4rem solid #c00;background:#fff3f3;padding:.5rem 1rem}
+.clear{border-left:.4rem solid #2a2;background:#f3fff3;padding:.5rem 1rem}
+.blocking li{margin:.2rem 0}
 pre{background:#f7f7f7;padding:.6rem;overflow-x:auto;white-space:pre-wrap}
-code{font-size:.9em}
+code{font-size:.9em}.muted{color:#666}
 """
 
 
-def _status_class(status: str) -> str:
-    return status.replace(" ", "")
+def _status_class(backend: dict[str, Any]) -> str:
+    status = backend["status"].replace(" ", "")
+    return "MISSING" if status == "NOTRUN" and backend["required"] else status
 
 
 def _family_class(counts: dict[str, int]) -> str:
@@ -41,113 +59,180 @@ def _list(items: list[str]) -> str:
     return "<ul>" + "".join(f"<li>{escape(item)}</li>" for item in items) + "</ul>"
 
 
-def render_html(document: dict[str, Any]) -> str:
-    """The HTML report of a sign-off document (see `report_json.signoff_document`)."""
+def _head(document: dict[str, Any]) -> list[str]:
     verdict = escape(document["verdict"])
+    blocking = document["blocking"]
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>MLA conformance sign-off: {verdict}</title>",
         f"<style>{STYLE}</style></head><body>",
-        f'<h1>MLA conformance sign-off: <span class="verdict {_status_class(verdict)}">'
-        f"{verdict}</span></h1>",
+        f'<h1>MLA conformance sign-off: <span class="verdict {verdict}">{verdict}</span></h1>',
         f"<p>Generated {escape(document['generated_at'])} from "
         f"<code>{escape(document['reports_dir'])}</code>. Required backends: "
-        f"{escape(', '.join(document['required']) or 'none')} "
+        f"<b>{escape(', '.join(document['required']) or 'none')}</b> "
         f"({escape(document['required_source'])}). Exit code {document['exit_code']}.</p>",
+    ]
+    if blocking:
+        parts.append('<div class="blocking"><b>What stops a PASS</b>' + _list(blocking) + "</div>")
+    else:
+        parts.append('<div class="clear">Nothing stops a PASS of the required backends.</div>')
+    return parts
+
+
+def _backends_table(document: dict[str, Any]) -> list[str]:
+    columns = shown_columns(document)
+    parts = [
         "<h2>Backends</h2><table><tr><th>backend</th><th>status</th><th>required</th>"
         "<th>source</th>"
-        + "".join(f"<th>{escape(label)}</th>" for _, label in COUNT_COLUMNS)
-        + "<th>reason</th></tr>",
+        + "".join(f'<th class="n">{escape(label)}</th>' for _, label in columns)
+        + '<th class="why">reason</th></tr>'
     ]
     for backend in document["backends"]:
         counts = backend["counts"]
         parts.append(
             f"<tr><td>{escape(backend['backend'])}</td>"
-            f'<td class="{_status_class(backend["status"])}">{escape(backend["status"])}</td>'
+            f'<td class="{_status_class(backend)}">{escape(backend["status"])}</td>'
             f"<td>{'yes' if backend['required'] else 'no'}</td>"
             f"<td>{escape(source_text(backend))}</td>"
-            + "".join(f"<td>{counts.get(key, 0)}</td>" for key, _ in COUNT_COLUMNS)
-            + f"<td>{escape(backend['reason'])}</td></tr>"
+            + "".join(f'<td class="n">{counts.get(key, 0)}</td>' for key, _ in columns)
+            + f'<td class="why">{escape(backend["reason"])}</td></tr>'
         )
     parts.append("</table>")
+    return parts
+
+
+def _not_signed_off(document: dict[str, Any]) -> list[str]:
+    rows = document["not_signed_off"]
+    if not rows:
+        return ["<h2>Not signed off here</h2><p>Every backend is signed off.</p>"]
+    items = "".join(
+        f'<li><span class="verdict {"MISSING" if row["required"] else "NOTRUN"}">'
+        f"{escape(row['backend'])}</span> {escape(row['status'])}"
+        f"{' (required)' if row['required'] else ' (optional)'}: {escape(row['reason'])}</li>"
+        for row in rows
+    )
+    return ["<h2>Not signed off here</h2><ul>" + items + "</ul>"]
+
+
+def _families(document: dict[str, Any]) -> list[str]:
     families = document["families"]
-    if families:
-        parts.append("<h2>Backend × family</h2><table><tr><th>backend</th>")
-        parts += [f"<th>{escape(family)}</th>" for family in families]
-        parts.append("</tr>")
-        for backend in document["backends"]:
-            parts.append(f"<tr><td>{escape(backend['backend'])}</td>")
-            for family in families:
-                counts = backend["families"].get(family, {})
-                parts.append(
-                    f'<td class="{_family_class(counts)}">{escape(family_cell(counts))}</td>'
-                )
-            parts.append("</tr>")
-        parts.append("</table>")
-    problems = list(document["errors"])
+    if not families:
+        return []
+    parts = ["<h2>Backend × family</h2><table><tr><th>backend</th>"]
+    parts += [f"<th>{escape(family)}</th>" for family in families]
+    parts.append("</tr>")
     for backend in document["backends"]:
-        problems += [f"{backend['backend']}: {issue}" for issue in backend["issues"]]
+        parts.append(f"<tr><td>{escape(backend['backend'])}</td>")
+        for family in families:
+            counts = backend["families"].get(family, {})
+            parts.append(f'<td class="{_family_class(counts)}">{escape(family_cell(counts))}</td>')
+        parts.append("</tr>")
+    parts.append("</table>")
+    return parts
+
+
+def _headroom(document: dict[str, Any]) -> list[str]:
+    rows = [row for backend in document["backends"] for row in backend["headroom"]]
+    missing = sum(backend["headroom_missing"] for backend in document["backends"])
+    if not rows and not missing:
+        return []
+    parts = [
+        "<h2>Tolerance headroom</h2><p>Measured error ÷ tolerance of each numerics case "
+        "(the largest of its abs-or-rel and cosine figures, output and LSE); below 1 passes."
+        "</p>"
+    ]
+    parts.append(headroom_svg(rows, [backend["backend"] for backend in document["backends"]]))
+    omitted = omitted_cases(rows)
+    notes = []
+    if omitted:
+        notes.append(f"{omitted} cases with more headroom are not drawn")
+    if missing:
+        notes.append(f"{missing} numerics cases recorded no tolerance and are not drawn")
+    if notes:
+        parts.append(f'<p class="muted">{escape("; ".join(notes))}.</p>')
+    return parts
+
+
+def _baseline(document: dict[str, Any]) -> list[str]:
+    baseline = document.get("baseline")
+    if not baseline:
+        return []
+    parts = [
+        f"<h2>Changes since {escape(baseline['file'])}</h2><p>Baseline of "
+        f"{escape(baseline['generated_at'])}, verdict {escape(baseline['verdict'])}.</p>"
+    ]
+    if not baseline["backends"]:
+        return [*parts, "<p>No test changed outcome; none was added or removed.</p>"]
+    parts.append(
+        "<table><tr><th>backend</th>"
+        + "".join(f"<th>{escape(label)}</th>" for _, label in BASELINE_KINDS)
+        + "</tr>"
+    )
+    for name, changes in baseline["backends"].items():
+        cells = "".join(
+            f"<td>{changes[key]['count']}"
+            + (
+                "<details><summary>ids</summary>" + _list(changes[key]["ids"]) + "</details>"
+                if changes[key]["count"]
+                else ""
+            )
+            + "</td>"
+            for key, _ in BASELINE_KINDS
+        )
+        parts.append(f"<tr><td>{escape(name)}</td>{cells}</tr>")
+    parts.append("</table>")
+    return parts
+
+
+def _failures(document: dict[str, Any]) -> list[str]:
+    failing = [(b["backend"], case) for b in document["backends"] for case in b["problems"]]
+    if not failing:
+        return []
+    parts = ["<h2>Failures, errors and unexplained skips</h2>"]
+    for backend_name, case in failing:
+        parts.append(
+            f"<h3>{escape(backend_name)}: <code>{escape(case['id'])}</code> "
+            f"({escape(case['outcome'])}, {escape(case['source'])})</h3>"
+            f"<pre>{escape((case['message'] or '(no message)')[:MAX_MESSAGE_CHARS])}</pre>"
+        )
+        if case["detail"]:
+            parts.append(
+                f"<details><summary>details</summary><pre>"
+                f"{escape(case['detail'][:MAX_MESSAGE_CHARS])}</pre></details>"
+            )
+    return parts
+
+
+def _not_applicable(document: dict[str, Any]) -> list[str]:
+    parts = []
+    for backend in document["backends"]:
+        cases = backend["not_applicable"]
+        if cases:
+            reasons = sorted({case["message"] for case in cases})
+            parts.append(
+                f"<details><summary>{escape(backend['backend'])}: {len(cases)} not applicable"
+                f"</summary>{_list(reasons)}</details>"
+            )
+    return ["<h2>Not applicable</h2>", *parts] if parts else []
+
+
+def render_html(document: dict[str, Any]) -> str:
+    """The HTML report of a sign-off document (see `report_json.signoff_document`)."""
+    parts = [
+        *_head(document),
+        *_backends_table(document),
+        *_not_signed_off(document),
+        *_families(document),
+        *_headroom(document),
+        *_baseline(document),
+    ]
+    problems = all_problems(document)
     if problems:
         parts += ["<h2>Problems</h2>", _list(problems)]
-    failing = [(b["backend"], case) for b in document["backends"] for case in b["problems"]]
-    if failing:
-        parts.append("<h2>Failures, errors and unexplained skips</h2>")
-        for backend_name, case in failing:
-            parts.append(
-                f"<h3>{escape(backend_name)}: <code>{escape(case['id'])}</code> "
-                f"({escape(case['outcome'])}, {escape(case['source'])})</h3>"
-                f"<pre>{escape((case['message'] or '(no message)')[:MAX_MESSAGE_CHARS])}</pre>"
-            )
-            if case["properties"]:
-                parts.append(
-                    "<p>Properties: "
-                    + escape(", ".join(f"{k}={v}" for k, v in sorted(case["properties"].items())))
-                    + "</p>"
-                )
-            if case["detail"]:
-                parts.append(
-                    f"<details><summary>details</summary><pre>"
-                    f"{escape(case['detail'][:MAX_MESSAGE_CHARS])}</pre></details>"
-                )
-    parts.append(
-        "<h2>Provenance</h2><table><tr><th>backend</th><th>file</th><th>device</th>"
-        "<th>versions</th><th>python</th><th>commit</th><th>run</th></tr>"
-    )
-    for backend in document["backends"]:
-        if backend["evidence"]:
-            evidence = backend["evidence"]
-            facts = evidence.get("facts") or {}
-            parts.append(
-                f"<tr><td>{escape(backend['backend'])}</td><td colspan=6>evidence of "
-                f"{escape(str(evidence['date']))} from <code>{escape(str(evidence['path']))}"
-                f"</code>: {escape(str(facts.get('source', 'source not recorded')))}</td></tr>"
-            )
-        if not backend["provenance"]:
-            parts.append(
-                f"<tr><td>{escape(backend['backend'])}</td>"
-                f"<td colspan=6>{escape(backend['reason'])}</td></tr>"
-            )
-        for run in backend["provenance"]:
-            versions = run.get("versions") or {}
-            version_text = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
-            parts.append(
-                f"<tr><td>{escape(backend['backend'])}</td><td>{escape(run['file'])}</td>"
-                f"<td>{escape(str(run.get('device') or 'unknown'))}</td>"
-                f"<td>{escape(version_text or 'unknown')}</td>"
-                f"<td>{escape(str(run.get('python') or '?'))}</td>"
-                f"<td>{escape(str(run.get('git_commit') or 'unknown'))}</td>"
-                f"<td>{escape(str(run.get('started') or '?'))} → "
-                f"{escape(str(run.get('finished_at') or 'not finished'))}</td></tr>"
-            )
-    parts.append("</table>")
-    warnings = list(document["warnings"])
-    for backend in document["backends"]:
-        warnings += [f"{backend['backend']}: {warning}" for warning in backend["warnings"]]
-        warnings += [
-            f"{backend['backend']}: stale expectation {entry} matches no test"
-            for entry in backend["stale_expectations"]
-        ]
+    parts += [*_failures(document), *_not_applicable(document)]
+    parts += ["<h2>Evidence and provenance</h2>", _list(provenance_text(document))]
+    warnings = all_warnings(document)
     if warnings:
         parts += ["<h2>Warnings</h2>", _list(warnings)]
     parts.append("</body></html>\n")

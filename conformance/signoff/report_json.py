@@ -4,37 +4,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
+from conformance.signoff.baseline import compare
+from conformance.signoff.headroom import headroom_rows
 from conformance.signoff.model import (
     DEFAULT_BACKENDS,
+    MACHINE_FACTS,
     BackendResult,
     CaseResult,
     Outcome,
     SignoffResult,
     Status,
 )
+from conformance.signoff.paths import relative_document
 from conformance.signoff.verdict import outcome_counts
 
-DOCUMENT_FORMAT = "mla-signoff/1"
+DOCUMENT_FORMAT = "mla-signoff/2"
 MAX_IDS_LISTED = 50
 PROBLEM_OUTCOMES = (Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED, Outcome.UNAVAILABLE)
+SIGNED_OFF = (Status.PASS,)
 RUN_FACTS = (
     "run_id",
     "started",
     "finished_at",
     "finished",
     "exitstatus",
-    "device",
-    "devices",
-    "versions",
-    "torch_cuda",
-    "torch_hip",
-    "python",
-    "platform",
-    "hostname",
-    "git_commit",
-    "git_dirty",
+    *MACHINE_FACTS,
     "xdist_workers",
     "available",
     "availability_reason",
@@ -87,6 +84,7 @@ def _backend(result: BackendResult) -> dict[str, Any]:
         families[family] = outcome_counts(case for case in result.cases if case.family == family)
     completeness = result.completeness
     backend_input = result.input
+    headroom = headroom_rows(result.backend, result.cases)
     return {
         "backend": result.backend,
         "status": result.status.value,
@@ -98,6 +96,9 @@ def _backend(result: BackendResult) -> dict[str, Any]:
         else {
             "date": backend_input.evidence_date,
             "path": str(backend_input.evidence_path),
+            "commit": _evidence_commit(backend_input.evidence_facts),
+            "stale": backend_input.stale,
+            "shadowed": backend_input.shadowed,
             "facts": backend_input.evidence_facts,
         },
         "counts": outcome_counts(result.cases),
@@ -125,26 +126,64 @@ def _backend(result: BackendResult) -> dict[str, Any]:
             _case(case) for case in result.cases if case.outcome == Outcome.EXPECTED_SKIP
         ],
         "provenance": _provenance(result),
+        "not_applicable": [
+            _case(case) for case in result.cases if case.outcome == Outcome.NOT_APPLICABLE
+        ],
+        "headroom": headroom[0],
+        "headroom_missing": headroom[1],
     }
+
+
+def _relative_to(path: Path, root: Path | None) -> str:
+    """``path`` relative to ``root`` when it lies below it, else as given."""
+    try:
+        return path.resolve().relative_to((root or Path.cwd()).resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _evidence_commit(facts: dict[str, Any] | None) -> str | None:
+    facts = facts or {}
+    fingerprint = facts.get("fingerprint")
+    commit = fingerprint.get("commit") if isinstance(fingerprint, dict) else None
+    return str(commit or facts.get("git_commit") or "") or None
 
 
 def signoff_document(result: SignoffResult) -> dict[str, Any]:
     """The whole sign-off as a JSON-ready dict."""
     backends = [_backend(result.backends[name]) for name in backend_order(result.backends)]
-    return {
+    outcomes = {
+        name: {case.node_id: case.outcome.value for case in result.backends[name].cases}
+        for name in backend_order(result.backends)
+        if result.backends[name].status != Status.NOT_RUN
+    }
+    document = {
         "format": DOCUMENT_FORMAT,
         "verdict": result.verdict.value,
         "exit_code": result.verdict.exit_code,
         "generated_at": result.generated_at,
-        "reports_dir": str(result.reports_dir),
+        "reports_dir": _relative_to(result.reports_dir, result.root),
         "required": result.required,
         "required_source": result.required_source,
         "families": sorted({family for backend in backends for family in backend["families"]}),
         "blocking": result.blocking,
         "errors": result.errors,
         "warnings": result.warnings,
+        "not_signed_off": [
+            {
+                "backend": b["backend"],
+                "status": b["status"],
+                "required": b["required"],
+                "reason": b["reason"],
+            }
+            for b in backends
+            if b["status"] not in SIGNED_OFF
+        ],
+        "baseline": None if result.baseline is None else compare(outcomes, result.baseline),
         "backends": backends,
+        "outcomes": outcomes,
     }
+    return relative_document(document, result.root)
 
 
 def render_json(document: dict[str, Any]) -> str:

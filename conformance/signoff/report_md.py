@@ -1,4 +1,4 @@
-"""``signoff.md``: the sign-off for people (also what ``python -m conformance signoff`` prints)."""
+"""``signoff.md``: the sign-off for people, in the same order as the HTML page."""
 
 from __future__ import annotations
 
@@ -11,10 +11,19 @@ COUNT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("error", "error"),
     ("xfail", "xfail"),
     ("expected-skip", "expected skip"),
-    ("skipped", "unexplained skip"),
+    ("not-applicable", "not applicable"),
+    ("skipped", "unexplained"),
     ("unavailable", "unavailable"),
 )
+BASELINE_KINDS: tuple[tuple[str, str], ...] = (
+    ("newly_failing", "newly failing"),
+    ("newly_passing", "newly passing"),
+    ("added", "tests added"),
+    ("removed", "tests removed"),
+)
+ALWAYS_SHOWN = frozenset({"passed", "failed", "not-applicable", "skipped"})
 MAX_MESSAGE_CHARS = 1500
+HEADROOM_ROWS = 10
 
 
 def cell(text: object) -> str:
@@ -36,11 +45,117 @@ def family_cell(counts: dict[str, int]) -> str:
 
 
 def source_text(backend: dict[str, Any]) -> str:
-    """``local`` or ``evidence 2026-05-01``."""
+    """``local``, or ``evidence 2026-05-01 @ 4a22981 (STALE)``."""
     evidence = backend.get("evidence")
     if evidence:
-        return f"evidence {evidence['date']}"
+        commit = (evidence.get("commit") or "commit unknown")[:12]
+        stale = " (STALE)" if evidence.get("stale") else ""
+        return f"evidence {evidence['date']} @ {commit}{stale}"
     return "–" if backend["source"] == "none" else backend["source"]
+
+
+def all_problems(document: dict[str, Any]) -> list[str]:
+    """Every sign-off error and backend issue, one line each."""
+    problems = list(document["errors"])
+    for backend in document["backends"]:
+        problems += [f"{backend['backend']}: {issue}" for issue in backend["issues"]]
+    return problems
+
+
+def all_warnings(document: dict[str, Any]) -> list[str]:
+    """Every warning, stale expectation entries included."""
+    warnings = list(document["warnings"])
+    for backend in document["backends"]:
+        warnings += [f"{backend['backend']}: {warning}" for warning in backend["warnings"]]
+        warnings += [
+            f"{backend['backend']}: stale expectation {entry} matches no test"
+            for entry in backend["stale_expectations"]
+        ]
+    return warnings
+
+
+def provenance_text(document: dict[str, Any]) -> list[str]:
+    """One line per evidence directory and per run: device, versions, commit, time."""
+    lines = []
+    for backend in document["backends"]:
+        evidence = backend["evidence"]
+        if evidence:
+            facts = evidence.get("facts") or {}
+            stale = evidence.get("stale") or []
+            state = ("STALE: " + "; ".join(stale)) if stale else "current: no file changed since"
+            lines.append(
+                f"{backend['backend']}: evidence of {evidence['date']} at commit "
+                f"{evidence.get('commit') or 'unknown'} from {evidence['path']} "
+                f"({facts.get('source', 'source not recorded')}); {state}"
+            )
+        for run in backend["provenance"]:
+            versions = run.get("versions") or {}
+            version_text = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
+            lines.append(
+                f"{backend['backend']} {run['file']}: device {run.get('device') or 'unknown'}"
+                f" ({run.get('device_kind') or 'kind not recorded'}); "
+                f"{version_text or 'versions unknown'}; python {run.get('python') or '?'}; "
+                f"commit {run.get('git_commit') or 'unknown'}; "
+                f"{run.get('started') or '?'} → {run.get('finished_at') or 'not finished'}"
+            )
+    return lines
+
+
+def shown_columns(document: dict[str, Any]) -> list[tuple[str, str]]:
+    """The count columns worth a column: the `ALWAYS_SHOWN`, and any other that is not 0."""
+    return [
+        (key, label)
+        for key, label in COUNT_COLUMNS
+        if key in ALWAYS_SHOWN or any(b["counts"].get(key) for b in document["backends"])
+    ]
+
+
+def _table(document: dict[str, Any]) -> list[str]:
+    columns = shown_columns(document)
+    lines = [
+        "| backend | status | required | source | "
+        + " | ".join(label for _, label in columns)
+        + " | reason |",
+        "|---" * (5 + len(columns)) + "|",
+    ]
+    for backend in document["backends"]:
+        counts = backend["counts"]
+        lines.append(
+            f"| {backend['backend']} | **{backend['status']}** | "
+            f"{'yes' if backend['required'] else 'no'} | {cell(source_text(backend))} | "
+            + " | ".join(str(counts.get(key, 0)) for key, _ in columns)
+            + f" | {cell(backend['reason'])} |"
+        )
+    return lines
+
+
+def _headroom(document: dict[str, Any]) -> list[str]:
+    rows = [row for backend in document["backends"] for row in backend["headroom"]]
+    if not rows:
+        return []
+    worst = sorted(rows, key=lambda row: -row["ratio"])[:HEADROOM_ROWS]
+    lines = ["", "## Tolerance headroom (least headroom first)", ""]
+    lines += ["| backend | case | error ÷ tolerance | figure |", "|---|---|---|---|"]
+    lines += [
+        f"| {row['backend']} | {cell(row['case'])} | {row['ratio']:.3g} | {row['worst']} |"
+        for row in worst
+    ]
+    return lines
+
+
+def _baseline(document: dict[str, Any]) -> list[str]:
+    baseline = document.get("baseline")
+    if not baseline:
+        return []
+    lines = ["", f"## Changes since {baseline['file']} ({baseline['generated_at']})", ""]
+    if not baseline["backends"]:
+        return [*lines, "No test changed outcome; none was added or removed."]
+    for name, changes in baseline["backends"].items():
+        for key, label in BASELINE_KINDS:
+            if changes[key]["count"]:
+                ids = ", ".join(f"`{cell(i)}`" for i in changes[key]["ids"][:10])
+                lines.append(f"- {name}: {changes[key]['count']} {label}: {ids}")
+    return lines
 
 
 def render_markdown(document: dict[str, Any]) -> str:
@@ -52,19 +167,18 @@ def render_markdown(document: dict[str, Any]) -> str:
         f"Required backends: {', '.join(document['required']) or 'none'} "
         f"({document['required_source']}).",
         "",
-        "| backend | status | required | source | "
-        + " | ".join(label for _, label in COUNT_COLUMNS)
-        + " | reason |",
-        "|---" * (5 + len(COUNT_COLUMNS)) + "|",
     ]
-    for backend in document["backends"]:
-        counts = backend["counts"]
-        lines.append(
-            f"| {backend['backend']} | **{backend['status']}** | "
-            f"{'yes' if backend['required'] else 'no'} | {cell(source_text(backend))} | "
-            + " | ".join(str(counts.get(key, 0)) for key, _ in COUNT_COLUMNS)
-            + f" | {cell(backend['reason'])} |"
-        )
+    blocking = document["blocking"]
+    lines += ["## What stops a PASS", ""] + [f"- {cell(line)}" for line in blocking]
+    if not blocking:
+        lines.append("Nothing stops a PASS of the required backends.")
+    lines += ["", *_table(document), "", "## Not signed off here", ""]
+    rows = document["not_signed_off"]
+    lines += [
+        f"- {row['backend']} {row['status']} ({'required' if row['required'] else 'optional'})"
+        f": {cell(row['reason'])}"
+        for row in rows
+    ] or ["Every backend is signed off."]
     families = document["families"]
     if families:
         lines += ["", "## Backend × family", ""]
@@ -73,9 +187,8 @@ def render_markdown(document: dict[str, Any]) -> str:
         for backend in document["backends"]:
             row = [family_cell(backend["families"].get(family, {})) for family in families]
             lines.append(f"| {backend['backend']} | " + " | ".join(row) + " |")
-    problems = list(document["errors"])
-    for backend in document["backends"]:
-        problems += [f"{backend['backend']}: {issue}" for issue in backend["issues"]]
+    lines += _headroom(document) + _baseline(document)
+    problems = all_problems(document)
     if problems:
         lines += ["", "## Problems", ""] + [f"- {cell(problem)}" for problem in problems]
     failing = [(b["backend"], case) for b in document["backends"] for case in b["problems"]]
@@ -86,44 +199,10 @@ def render_markdown(document: dict[str, Any]) -> str:
                 f"### {backend_name}: `{cell(case['id'])}` ({case['outcome']}, {case['source']})"
             )
             message = case["message"] or "(no message)"
-            lines += ["", fenced(message[:MAX_MESSAGE_CHARS])]
-            if case["properties"]:
-                figures = ", ".join(f"{k}={v}" for k, v in sorted(case["properties"].items()))
-                lines += ["", f"Properties: {cell(figures)}"]
-            lines.append("")
-    not_run = [b for b in document["backends"] if b["status"] == "NOT RUN"]
-    if not_run:
-        lines += ["", "## Not run", ""]
-        lines += [
-            f"- {b['backend']}{' (required)' if b['required'] else ''}: {cell(b['reason'])}"
-            for b in not_run
-        ]
-    lines += ["", "## Provenance", ""]
-    for backend in document["backends"]:
-        if backend["evidence"]:
-            evidence = backend["evidence"]
-            facts = evidence.get("facts") or {}
-            lines.append(
-                f"- {backend['backend']}: evidence of {evidence['date']} from "
-                f"`{evidence['path']}` ({cell(facts.get('source', 'source not recorded'))})"
-            )
-        for run in backend["provenance"]:
-            versions = run.get("versions") or {}
-            version_text = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
-            device = cell(run.get("device") or "unknown")
-            lines.append(
-                f"- {backend['backend']} `{cell(run['file'])}`: device {device}; "
-                f"{cell(version_text or 'versions unknown')}; python {run.get('python') or '?'}; "
-                f"commit {run.get('git_commit') or 'unknown'}; "
-                f"{run.get('started') or '?'} → {run.get('finished_at') or 'not finished'}"
-            )
-    warnings = list(document["warnings"])
-    for backend in document["backends"]:
-        warnings += [f"{backend['backend']}: {warning}" for warning in backend["warnings"]]
-        warnings += [
-            f"{backend['backend']}: stale expectation {entry} matches no test"
-            for entry in backend["stale_expectations"]
-        ]
+            lines += ["", fenced(message[:MAX_MESSAGE_CHARS]), ""]
+    lines += ["", "## Evidence and provenance", ""]
+    lines += [f"- {cell(line)}" for line in provenance_text(document)]
+    warnings = all_warnings(document)
     if warnings:
         lines += ["", "## Warnings", ""] + [f"- {cell(warning)}" for warning in warnings]
     lines += ["", f"**Verdict: {document['verdict']}** (exit code {document['exit_code']})", ""]

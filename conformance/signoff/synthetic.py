@@ -6,6 +6,7 @@ the files of one backend run, sharded or not, with chosen outcomes per id.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +16,9 @@ from xml.etree import ElementTree
 
 from conformance.harness.sharding import Shard, junit_name, select_for_shard, sidecar_path
 from conformance.signoff.engine import SignoffOptions
-from conformance.signoff.machine import StaticView
+from conformance.signoff.evidence import VERSIONS_FILE
+from conformance.signoff.fingerprint import FINGERPRINT_KEY, fingerprint
+from conformance.signoff.machine import BUILTIN_DEVICE_KINDS, StaticView
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfail")
 
@@ -119,7 +122,8 @@ def sidecar_document(
         "filtered_out": 0,
         "available": True,
         "availability_reason": "",
-        "device": "Synthetic CPU",
+        "device": "Synthetic CPU" if backend not in ("cuda", "rocm") else "Synthetic GPU",
+        "device_kind": BUILTIN_DEVICE_KINDS.get(backend, "cpu"),
         "versions": {"torch": "2.13.0", "triton": "3.9.0", "aiter": None},
         "python": "3.11.7",
         "hostname": "synthetic",
@@ -127,6 +131,19 @@ def sidecar_document(
     }
     document.update(changes)
     return document
+
+
+def sha256_of(path: Path) -> str:
+    """The sha256 of a file, as the report plugin records it for its JUnit file."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def reseal(junit: Path) -> None:
+    """Record ``junit``'s current sha256 in its sidecar (after a test edited the file)."""
+    companion = sidecar_path(junit)
+    document = json.loads(companion.read_text(encoding="utf-8"))
+    document["junit_sha256"] = sha256_of(junit)
+    companion.write_text(json.dumps(document), encoding="utf-8")
 
 
 def write_backend(
@@ -163,12 +180,28 @@ def write_backend(
             for node_id in selected
         ]
         path = directory / junit_name(backend, shard)
-        path.write_text(junit_xml(cases, suite_name=f"mla-{backend}"), encoding="utf-8")
+        text = junit_xml(cases, suite_name=f"mla-{backend}")
+        path.write_text(text, encoding="utf-8")
         if sidecars:
-            document = sidecar_document(backend, shard, collected=ids, selected=selected)
+            document = sidecar_document(
+                backend, shard, collected=ids, selected=selected, junit_sha256=sha256_of(path)
+            )
             sidecar_path(path).write_text(json.dumps(document), encoding="utf-8")
         written.append(path)
     return written
+
+
+def write_evidence(directory: Path, backend: str, ids: Sequence[str], **kwargs: Any) -> list[Path]:
+    """An evidence directory of ``backend``, fingerprinted from the checkout in the working
+    directory (as `save_evidence` writes it)."""
+    paths = write_backend(directory, backend, ids, **kwargs)
+    facts = {
+        "backend": backend,
+        "source": "synthetic",
+        FINGERPRINT_KEY: fingerprint(backend, Path.cwd()),
+    }
+    (directory / VERSIONS_FILE).write_text(json.dumps(facts), encoding="utf-8")
+    return paths
 
 
 def offline_options(

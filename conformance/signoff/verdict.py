@@ -5,12 +5,15 @@ Backend status, first rule that applies:
 1. ``NOT RUN``: no report at all, or every reported test skipped as ``backend <name>
    unavailable: <reason>`` (the reason is shown).
 2. ``FAIL``: a test failed or errored (an xfail entry's unexpected pass is a failure too).
-3. ``INCOMPLETE``: a file is unreadable or missing, ids are missing or duplicated, the run was
-   cut short, or a skip is not explained by the expectation file.
-4. ``PASS``.
+3. ``STALE``: readable evidence (a run made elsewhere) made from files that have changed
+   since, or that records no file hashes; its other disagreements are listed with it.
+4. ``INCOMPLETE``: a file is unreadable or missing, the claims of its reports disagree
+   (`conformance.signoff.integrity`), ids are missing or duplicated, the run was cut short or
+   partly selected, a skip or xfail is not explained by the expectation file, or no test passed.
+5. ``PASS``. NOT APPLICABLE tests (``not applicable: <why>``) count neither way.
 
 Verdict: ``FAIL`` if any backend failed; else ``INCOMPLETE`` if any backend is incomplete, a
-required backend did not run, or a file belongs to no known backend; else ``PASS``.
+required backend did not run or is stale, or a file belongs to no known backend; else ``PASS``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from conformance.harness.expectations import Expectation
 from conformance.signoff.classify import classify, stale_expectations, unavailable_reason
 from conformance.signoff.completeness import check_completeness
+from conformance.signoff.integrity import integrity_issues
 from conformance.signoff.model import (
     BackendInput,
     BackendResult,
@@ -48,6 +52,7 @@ def evaluate_backend(
     expectations: Sequence[Expectation],
     collected: Sequence[str] | None = None,
     availability_reason: str | None = None,
+    expected_kind: str | None = None,
 ) -> BackendResult:
     """Classify, check completeness and decide the status of one backend."""
     backend = backend_input.backend
@@ -59,7 +64,8 @@ def evaluate_backend(
     raw_cases = [case for run in backend_input.runs for case in run.cases]
     cases, warnings = classify(raw_cases, backend=backend, expectations=expectations)
     completeness = check_completeness(backend_input, collected=collected)
-    issues = [*backend_input.problems, *completeness.issues]
+    integrity = integrity_issues(backend_input, expected_kind=expected_kind, collected=collected)
+    issues = [*backend_input.problems, *integrity, *completeness.issues]
     known_ids = {case.node_id for case in cases}
     if collected is not None:
         known_ids.update(collected)
@@ -75,19 +81,27 @@ def evaluate_backend(
         reason = unavailable_reason(backend, cases[0].message) or "backend unavailable"
     elif bad:
         status, reason = Status.FAIL, _summary(counts)
+    elif backend_input.stale and not backend_input.problems:  # re-make it: that fixes the rest
+        status, reason = Status.STALE, stale_reason(backend_input)
     elif issues:
         more = f" (+{len(issues) - 1} more)" if len(issues) > 1 else ""
         status, reason = Status.INCOMPLETE, issues[0] + more
     elif unexplained:
         status = Status.INCOMPLETE
+        first = next(c for c in cases if c.outcome in (Outcome.SKIPPED, Outcome.UNAVAILABLE))
         reason = (
-            f"{unexplained} unexplained skips: fix them or list them as 'skip:' entries "
-            f"with a reason in conformance/expectations/{backend}.txt"
+            f"{unexplained} unexplained skips or xfails (first: {first.node_id}: "
+            f"{first.message[:200]}): fix them or list them with a reason in "
+            f"conformance/expectations/{backend}.txt"
         )
     elif not cases:
         status, reason = Status.INCOMPLETE, "the reports hold no tests"
+    elif not counts[Outcome.PASSED.value]:
+        status, reason = Status.INCOMPLETE, f"no test passed ({_summary(counts)})"
     else:
         status, reason = Status.PASS, _summary(counts)
+    if backend_input.stale and status != Status.STALE:
+        warnings.append(stale_reason(backend_input))
     return BackendResult(
         backend=backend,
         status=status,
@@ -99,6 +113,20 @@ def evaluate_backend(
         issues=issues,
         warnings=warnings,
         stale_expectations=stale,
+    )
+
+
+def stale_reason(backend_input: BackendInput) -> str:
+    """``evidence of <date> (commit <c>) is stale: <changes>``."""
+    fingerprint = (backend_input.evidence_facts or {}).get("fingerprint") or {}
+    commit = fingerprint.get("commit") or (backend_input.evidence_facts or {}).get("git_commit")
+    for run in backend_input.runs:
+        commit = commit or (run.sidecar or {}).get("git_commit")
+    changes = backend_input.stale
+    listed = "; ".join(changes[:6]) + (f" and {len(changes) - 6} more" if len(changes) > 6 else "")
+    return (
+        f"evidence of {backend_input.evidence_date} (commit {str(commit or 'unknown')[:12]}) is "
+        f"stale: {listed}; re-make it at this commit"
     )
 
 

@@ -44,7 +44,8 @@ from conformance.goldens import (
 )
 from conformance.goldens.record import plans_equal
 from conformance.metadata.dims import DEEPSEEK_R1
-from conformance.numerics.compare import CompareReport, compare
+from conformance.numerics.compare import CompareReport, Element, compare
+from conformance.numerics.tolerances import Tolerance
 from conformance.persistent import check_plan, plan_persistent_decode
 from conformance.persistent.plan import PLAN_BUFFERS, WorkInfo, WorkPlan
 from conformance.stubs.protocol import MLAAttentionLayer
@@ -250,6 +251,14 @@ def assert_same_plan(
         raise AssertionError(f"case {case_id}: {what} differs from {against}:\n{lines}")
 
 
+def _over_bound(element: Element, tol: Tolerance) -> float:
+    """An element's error over its abs-or-rel bound (1.0: exactly at the tolerance)."""
+    bound = max(tol.atol, tol.rtol * abs(element.expected))
+    if bound > 0:
+        return element.abs_err / bound
+    return 0.0 if element.abs_err == 0 else float("inf")
+
+
 def assert_result_matches(
     *,
     out: torch.Tensor,
@@ -277,6 +286,14 @@ def assert_result_matches(
         record(f"{prefix}_max_abs_err", report.max_abs_err)
         record(f"{prefix}_max_rel_err", report.max_rel_err)
         record(f"{prefix}_cos_diff", report.cos_diff)
+        # the tolerance, and the worst element's error over its own abs-or-rel bound
+        record(f"{prefix}_atol", report.tol.atol)
+        record(f"{prefix}_rtol", report.tol.rtol)
+        record(f"{prefix}_cos_tol", report.tol.cos_diff)
+        record(
+            f"{prefix}_err_over_tol",
+            max((_over_bound(e, report.tol) for e in report.worst), default=0.0),
+        )
     failed = [r.message() for r in (out_report, lse_report) if not r.ok]
     if failed:
         raise AssertionError("\n".join(failed))

@@ -151,10 +151,12 @@ def test_without_sidecars_completeness_cannot_be_shown(tmp_path: Path) -> None:
     assert any("no readable sidecar cpu.meta.json" in issue for issue in cpu.issues)
 
 
-def test_collect_supplies_the_expected_ids(tmp_path: Path) -> None:
+def test_collect_supplies_the_expected_ids_but_not_the_missing_sidecar(tmp_path: Path) -> None:
     write_backend(junit(tmp_path), "cpu", IDS, sidecars=False)
     result, cpu = sign(tmp_path, collect=True, collector=lambda backend: list(IDS))
-    assert (result.verdict, cpu.completeness.expected_source) == (Verdict.PASS, "collect")
+    assert cpu.completeness.expected_source == "collect" and not cpu.completeness.missing
+    assert result.verdict == Verdict.INCOMPLETE
+    assert cpu.reason.startswith("cpu.xml: no readable sidecar, so its provenance and sha256")
 
 
 def test_collect_overrides_a_sidecar_that_missed_tests(tmp_path: Path) -> None:

@@ -203,3 +203,83 @@ def test_an_interrupted_write_keeps_the_old_file(tmp_path: Path, monkeypatch) ->
         atomic_write_text(target, "new" * 1000)
     assert target.read_text() == "old and whole\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["signoff.md"]
+
+
+# --- the cases the sign-off's issue measured --------------------------------------------------
+
+
+def nested_testcase(depth: int) -> str:
+    """A JUnit file with ``depth`` nested elements inside one testcase (64 KB at 1,100)."""
+    inner = "<a>" * depth + "</a>" * depth
+    return (
+        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="mla-cpu" tests="1">'
+        f'<testcase classname="tests.conformance.test_metadata" name="test_case[0]">{inner}'
+        "</testcase></testsuite></testsuites>"
+    )
+
+
+@pytest.mark.parametrize("depth", [1_100, 200_000])
+def test_a_deeply_nested_report_is_refused_in_bounded_time(reports: Path, depth: int) -> None:
+    run_signoff(offline_options(reports))  # an earlier PASS on disk
+    (reports / "junit" / "cpu-shard-1-of-2.xml").write_text(nested_testcase(depth))
+    started = time.monotonic()
+    result = run_signoff(offline_options(reports))
+    assert time.monotonic() - started < 10
+    assert result.verdict == Verdict.INCOMPLETE
+    assert any(
+        "cpu-shard-1-of-2.xml: nests elements more than 16 deep" in issue
+        for issue in result.backends["cpu"].issues
+    )
+    assert (reports / "signoff.md").read_text().startswith("# MLA conformance sign-off: INCOMPLETE")
+    assert json.loads((reports / "signoff.json").read_text())["verdict"] == "INCOMPLETE"
+
+
+def test_a_report_from_another_tool_is_named(reports: Path) -> None:
+    jest = (
+        '<?xml version="1.0"?><testsuites name="jest tests" tests="1">'
+        '<testsuite name="math" tests="1"><testcase classname="adds" name="adds 1 + 2"/>'
+        "</testsuite></testsuites>"
+    )
+    (reports / "junit" / "cpu-shard-2-of-2.xml").write_text(jest)
+    result = run_signoff(offline_options(reports, write=False))
+    cpu = result.backends["cpu"]
+    assert cpu.status == Status.INCOMPLETE
+    assert any("JUnit suite named math, the file name says 'mla-cpu'" in i for i in cpu.issues)
+
+
+def test_an_unreadable_report_is_named(reports: Path, monkeypatch) -> None:
+    victim = reports / "junit" / "cpu-shard-1-of-2.xml"
+    real_open = open
+
+    def guarded_open(path, *args, **kwargs):
+        if Path(path) == victim:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("conformance.signoff.loading.open", guarded_open, raising=False)
+    result = run_signoff(offline_options(reports, write=False))
+    assert result.verdict == Verdict.INCOMPLETE
+    assert any(
+        f"{victim}: cannot be read: Permission denied" in i for i in result.backends["cpu"].issues
+    )
+
+
+def test_a_fifo_with_a_report_name_is_refused_without_blocking(reports: Path) -> None:
+    fifo = reports / "junit" / "cpu-shard-1-of-2.xml"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    result = run_signoff(offline_options(reports, write=False))
+    assert any(f"{fifo}: is not a regular file" in i for i in result.backends["cpu"].issues)
+
+
+def test_a_huge_report_of_tiny_testcases_is_refused_in_bounded_time(reports: Path) -> None:
+    case = '<testcase classname="tests.conformance.test_metadata" name="t{}"/>'
+    body = "".join(case.format(index) for index in range(120_000))
+    path = reports / "junit" / "cpu-shard-1-of-2.xml"
+    path.write_text(f'<testsuites><testsuite name="mla-cpu">{body}</testsuite></testsuites>')
+    started = time.monotonic()
+    result = run_signoff(offline_options(reports, write=False))
+    assert time.monotonic() - started < 20
+    assert any(
+        f"{path}: holds more than 100000 testcases" in i for i in result.backends["cpu"].issues
+    )

@@ -15,6 +15,7 @@ from conformance.signoff.synthetic import (
     junit_xml,
     node_ids,
     offline_options,
+    sha256_of,
     sidecar_document,
     write_backend,
 )
@@ -47,9 +48,10 @@ def write(tmp_path: Path, backend: str = "cpu", **kwargs) -> None:
 
 
 def test_xfail_is_counted_apart_from_skips_and_passes(tmp_path: Path, expectations) -> None:
-    write(tmp_path, outcomes={FIRST: "xfail"}, messages={FIRST: "known defect"})
+    message = "expected failure (cpu.txt:1): known defect"  # the plugin's mark of an entry
+    write(tmp_path, outcomes={FIRST: "xfail"}, messages={FIRST: message})
     xml = (tmp_path / "reports" / "junit" / "cpu.xml").read_text()
-    assert '<skipped type="pytest.xfail" message="known defect"' in xml
+    assert f'<skipped type="pytest.xfail" message="{message}"' in xml
     result = sign(tmp_path, expectations)
     assert outcome_of(result, FIRST) == Outcome.XFAIL
     assert result.backends["cpu"].status == Status.PASS
@@ -67,20 +69,26 @@ def test_an_unexplained_skip_blocks_the_pass(tmp_path: Path, expectations) -> No
     assert result.verdict == Verdict.INCOMPLETE
 
 
-def test_a_skip_listed_in_the_expectation_file_is_explained(tmp_path: Path, expectations) -> None:
-    (expectations / "cpu.txt").write_text(f"skip: {FIRST}  # hangs on this CPU\n")
-    write(tmp_path, outcomes={FIRST: "skipped"}, messages={FIRST: "something"})
+@pytest.mark.parametrize(
+    ("entry", "outcome", "message", "expected", "verdict"),
+    [
+        ("skip: {id}  # hangs", "skipped", "something", Outcome.EXPECTED_SKIP, Verdict.PASS),
+        ("", "skipped", "expected skip (cpu.txt:4): hangs", Outcome.EXPECTED_SKIP, Verdict.PASS),
+        ("{id}  # planner ignores kv dtype", "failed", "boom", Outcome.XFAIL, Verdict.PASS),
+        ("{id}  # was broken", "failed", "[XPASS(strict)] expected failure (cpu.txt:1): was broken",
+         Outcome.FAILED, Verdict.FAIL),
+        ("xfail: {id}  # known defect", "xfail", "flaky on Tuesdays", Outcome.XFAIL, Verdict.PASS),
+    ],
+    ids=["listed-skip", "plugin-marked-skip", "listed-failure", "strict-xpass", "listed-xfail"],
+)  # fmt: skip
+def test_an_expectation_entry_explains_what_it_lists(
+    tmp_path: Path, expectations, entry, outcome, message, expected, verdict
+) -> None:
+    if entry:
+        (expectations / "cpu.txt").write_text(entry.format(id=FIRST) + "\n")
+    write(tmp_path, outcomes={FIRST: outcome}, messages={FIRST: message})
     result = sign(tmp_path, expectations)
-    assert outcome_of(result, FIRST) == Outcome.EXPECTED_SKIP
-    assert result.verdict == Verdict.PASS
-
-
-def test_a_skip_marked_by_the_plugin_is_explained(tmp_path: Path, expectations) -> None:
-    message = "expected skip (cpu.txt:4): hangs"
-    write(tmp_path, outcomes={FIRST: "skipped"}, messages={FIRST: message})
-    result = sign(tmp_path, expectations)
-    assert outcome_of(result, FIRST) == Outcome.EXPECTED_SKIP
-    assert result.verdict == Verdict.PASS
+    assert (outcome_of(result, FIRST), result.verdict) == (expected, verdict)
 
 
 def test_an_unavailable_backend_is_not_run_with_its_reason(tmp_path: Path, expectations) -> None:
@@ -126,23 +134,6 @@ def test_failures_and_errors_fail_and_outrank_incompleteness(
     assert result.verdict.exit_code == 1
     (case,) = [case for case in cpu.cases if case.node_id == FIRST]
     assert case.message == "max_abs_err 0.3 > atol 0.013"
-
-
-def test_a_listed_failure_counts_as_xfail_at_sign_off(tmp_path: Path, expectations) -> None:
-    (expectations / "cpu.txt").write_text(f"{FIRST}  # planner ignores kv dtype (#46997)\n")
-    write(tmp_path, outcomes={FIRST: "failed"})
-    result = sign(tmp_path, expectations)
-    assert outcome_of(result, FIRST) == Outcome.XFAIL
-    assert result.verdict == Verdict.PASS
-
-
-def test_a_strict_xpass_stays_a_failure(tmp_path: Path, expectations) -> None:
-    (expectations / "cpu.txt").write_text(f"{FIRST}  # was broken\n")
-    message = "[XPASS(strict)] expected failure (cpu.txt:1): was broken"
-    write(tmp_path, outcomes={FIRST: "failed"}, messages={FIRST: message})
-    result = sign(tmp_path, expectations)
-    assert outcome_of(result, FIRST) == Outcome.FAILED
-    assert result.verdict == Verdict.FAIL
 
 
 def test_a_listed_test_that_passes_is_warned(tmp_path: Path, expectations) -> None:
@@ -193,7 +184,8 @@ def test_ids_are_rebuilt_when_the_nodeid_property_is_absent(tmp_path: Path, expe
     junit.mkdir(parents=True)
     cases = [SyntheticCase(node_id) for node_id in IDS]
     (junit / "cpu.xml").write_text(junit_xml(cases, record_node_ids=False))
-    document = sidecar_document("cpu", None, collected=IDS, selected=IDS)
+    digest = sha256_of(junit / "cpu.xml")
+    document = sidecar_document("cpu", None, collected=IDS, selected=IDS, junit_sha256=digest)
     (junit / "cpu.meta.json").write_text(json.dumps(document))
     result = sign(tmp_path, expectations)
     assert result.verdict == Verdict.PASS
@@ -231,3 +223,54 @@ def test_node_id_from_junit(classname: str, name: str, node_id: str) -> None:
 )
 def test_family_is_the_module_name_minus_test(node_id: str, family: str) -> None:
     assert family_of_node_id(node_id) == family
+
+
+# --- unexplained means unexplained; not applicable is its own outcome ------------------------
+
+
+@pytest.mark.parametrize("reason", ["", "Skipped", "unconditional skip", "  "])
+def test_a_skip_without_a_reason_is_unexplained(tmp_path: Path, expectations, reason) -> None:
+    (expectations / "cpu.txt").write_text(f"skip: {FIRST}  # listed, yet it skipped itself\n")
+    write(tmp_path, outcomes={FIRST: "skipped"}, messages={FIRST: reason})
+    result = sign(tmp_path, expectations)
+    assert outcome_of(result, FIRST) == Outcome.SKIPPED
+    assert result.backends["cpu"].status == Status.INCOMPLETE
+    assert "skipped with no reason" in result.backends["cpu"].reason
+
+
+def test_an_xfail_without_an_expectation_entry_is_unexplained(tmp_path: Path, expectations) -> None:
+    """A conformance test calling ``pytest.xfail()`` on its own cannot pass a release."""
+    write(tmp_path, outcomes={FIRST: "xfail"}, messages={FIRST: "flaky on Tuesdays"})
+    result = sign(tmp_path, expectations, release=True, no_collect=True)
+    assert outcome_of(result, FIRST) == Outcome.SKIPPED
+    assert result.backends["cpu"].status == Status.INCOMPLETE
+    assert "xfail with no expectation entry: flaky on Tuesdays" in result.backends["cpu"].reason
+
+
+def test_not_applicable_is_counted_apart_and_never_blocks(tmp_path: Path, expectations) -> None:
+    message = "not applicable: backend declares plan_format=None"
+    write(
+        tmp_path,
+        outcomes={FIRST: "skipped", SECOND: "skipped"},
+        messages=dict.fromkeys((FIRST, SECOND), message),
+    )
+    result = sign(tmp_path, expectations, release=True, no_collect=True, require=None)
+    cpu = result.backends["cpu"]
+    assert outcome_of(result, FIRST) == Outcome.NOT_APPLICABLE
+    assert cpu.status == Status.PASS
+    assert cpu.reason == "8 passed, 2 not-applicable"
+    assert not any("cpu" in line for line in result.blocking)
+
+
+def test_not_applicable_without_a_reason_is_unexplained(tmp_path: Path, expectations) -> None:
+    write(tmp_path, outcomes={FIRST: "skipped"}, messages={FIRST: "not applicable: "})
+    result = sign(tmp_path, expectations)
+    assert outcome_of(result, FIRST) == Outcome.SKIPPED
+    assert result.backends["cpu"].status == Status.INCOMPLETE
+
+
+def test_a_backend_where_nothing_applies_or_passes_is_no_pass(tmp_path: Path, expectations) -> None:
+    message = "not applicable: backend declares no decode"
+    write(tmp_path, outcomes=dict.fromkeys(IDS, "skipped"), messages=dict.fromkeys(IDS, message))
+    cpu = sign(tmp_path, expectations).backends["cpu"]
+    assert (cpu.status, cpu.reason) == (Status.INCOMPLETE, "no test passed (10 not-applicable)")

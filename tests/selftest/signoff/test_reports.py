@@ -20,7 +20,13 @@ from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.evidence import save_evidence
 from conformance.signoff.machine import RegistryView
 from conformance.signoff.model import Status, Verdict
-from conformance.signoff.synthetic import node_ids, offline_options, write_backend
+from conformance.signoff.synthetic import (
+    node_ids,
+    offline_options,
+    sha256_of,
+    write_backend,
+    write_evidence,
+)
 
 pytest_plugins = ["pytester"]
 
@@ -49,8 +55,17 @@ def laptop(tmp_path: Path, monkeypatch) -> Path:
     write_unavailable(junit, "rocm")
     monkeypatch.setattr(RegistryView, "runnable", lambda self: ["cpu", "interpret"])
     monkeypatch.setattr(RegistryView, "registered", lambda self: [])
+    for name in ("backends/cpu.py", "backends/triton_backend.py", "backends/rocm/backend.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(f"# {name}\n")
     monkeypatch.chdir(tmp_path)
     return tmp_path / "reports"
+
+
+def save(laptop: Path, backend: str = "cpu", **changes) -> Path:
+    """`save_evidence` of the laptop's reports, as the CLI calls it."""
+    settings = {"root": laptop.parent, "expected_kind": "cpu", **changes}
+    return save_evidence(laptop / "junit", backend, laptop / "evidence", **settings)
 
 
 def run_cli(*argv: str) -> int:
@@ -75,7 +90,10 @@ def test_a_laptop_run_signs_off_what_it_ran(laptop: Path, capsys) -> None:
         "rocm": ("NOT RUN", False),
     }
     markdown = (laptop / "signoff.md").read_text()
-    assert "- cuda: no cuda device" in markdown and "- rocm: no rocm device" in markdown
+    assert "- cuda NOT RUN (optional): no cuda device" in markdown
+    assert "- rocm NOT RUN (optional): no rocm device" in markdown
+    html = (laptop / "signoff.html").read_text()
+    assert "<h2>Not signed off here</h2>" in html and "Nothing stops a PASS" in html
 
 
 def test_a_release_sign_off_of_the_same_reports_names_what_is_missing(laptop: Path, capsys) -> None:
@@ -169,6 +187,7 @@ def test_the_family_matrix_counts_outcomes(tmp_path: Path) -> None:
     write_backend(
         tmp_path / "reports" / "junit", "cpu", IDS,
         outcomes={IDS[0]: "failed", IDS[9]: "xfail"},
+        messages={IDS[9]: "expected failure (cpu.txt:2): known"},
     )  # fmt: skip
     run_signoff(offline_options(tmp_path / "reports"))
     document = json.loads((tmp_path / "reports" / "signoff.json").read_text())
@@ -188,21 +207,24 @@ def test_committed_evidence_stands_in_for_a_backend_with_its_date(laptop: Path, 
     for name in ("cuda", "rocm"):
         (laptop / "junit" / f"{name}.xml").unlink()
         (laptop / "junit" / f"{name}.meta.json").unlink()
-    cuda = write_backend(laptop / "evidence" / "2026-03-01-cuda", "cuda", IDS, shards=2)
-    (cuda[0].parent / "versions.json").write_text(json.dumps({"source": "H200 box, run 42"}))
+    cuda = write_evidence(laptop / "evidence" / "2026-03-01-cuda", "cuda", IDS, shards=2)
+    facts = json.loads((cuda[0].parent / "versions.json").read_text())
+    facts["source"] = "H200 box, run 42"
+    (cuda[0].parent / "versions.json").write_text(json.dumps(facts))
     write_backend(laptop / "evidence" / "2026-01-01-cuda", "cuda", IDS, outcomes={IDS[0]: "failed"})
-    write_backend(laptop / "evidence" / "2026-03-02-rocm", "rocm", IDS)
-    assert run_cli("--release") == 0
+    write_evidence(laptop / "evidence" / "2026-03-02-rocm", "rocm", IDS)
+    assert run_cli("--release", "--no-collect") == 0
     out = capsys.readouterr().out
     assert "cuda       PASS       (required) [evidence 2026-03-01]" in out
     document = json.loads((laptop / "signoff.json").read_text())
     cuda_doc = next(b for b in document["backends"] if b["backend"] == "cuda")
     assert cuda_doc["evidence"]["date"] == "2026-03-01"
-    assert cuda_doc["evidence"]["facts"] == {"source": "H200 box, run 42"}
+    assert cuda_doc["evidence"]["facts"]["source"] == "H200 box, run 42"
+    assert cuda_doc["evidence"]["stale"] == []
     assert any("2026-01-01-cuda: older" in warning for warning in document["warnings"])
     assert "evidence of 2026-03-01" in (laptop / "signoff.md").read_text()
     assert "H200 box, run 42" in (laptop / "signoff.html").read_text()
-    assert run_cli("--release", "--no-evidence") == 3
+    assert run_cli("--release", "--no-collect", "--no-evidence") == 3
 
 
 def test_local_reports_win_over_evidence(laptop: Path) -> None:
@@ -230,7 +252,7 @@ def test_broken_evidence_is_named(laptop: Path) -> None:
 
 
 def test_save_evidence_copies_a_run_for_committing(laptop: Path, capsys) -> None:
-    target = save_evidence(laptop / "junit", "cpu", laptop / "evidence")
+    target = save(laptop)
     names = sorted(path.name for path in target.iterdir())
     assert names == [
         "cpu-shard-1-of-2.meta.json",
@@ -241,9 +263,10 @@ def test_save_evidence_copies_a_run_for_committing(laptop: Path, capsys) -> None
     ]
     versions = json.loads((target / "versions.json").read_text())
     assert versions["device"] == "Synthetic CPU" and "synthetic" in versions["source"]
+    assert versions["fingerprint"]["files"].keys() == {"backends/cpu.py"}
     with pytest.raises(SignoffInputError, match="never overwritten"):
-        save_evidence(laptop / "junit", "cpu", laptop / "evidence")
-    assert run_cli("--save-evidence", "rocm") == 0
+        save(laptop)
+    assert run_cli("--save-evidence", "interpret") == 0
     assert "evidence saved in" in capsys.readouterr().out
     assert run_cli("--save-evidence", "metal") == 2
 
@@ -254,7 +277,7 @@ def test_save_evidence_interrupted_leaves_nothing_behind(laptop: Path, monkeypat
 
     monkeypatch.setattr(evidence_module, "atomic_write_text", disk_full)
     with pytest.raises(OSError, match="No space left"):
-        save_evidence(laptop / "junit", "cpu", laptop / "evidence")
+        save(laptop)
     assert list((laptop / "evidence").iterdir()) == [], "a half-written evidence folder is left"
 
 
@@ -287,13 +310,21 @@ def test_reports_written_by_pytest_and_the_plugin_sign_off(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(**{"tests/conformance/test_persistent": CONFORMANCE_TESTS})
+    expectations = pytester.path / "expectations"
+    expectations.mkdir()
+    (expectations / "cpu.txt").write_text(
+        "xfail: tests/conformance/test_persistent.py::test_known  # known\n"
+    )
     junit = pytester.path / "reports" / "junit"
     for index in (1, 2):
         pytester.runpytest(
             "-p", "conformance.harness.reporting", "-p", "no:cacheprovider",
             f"--shard={index}/2", f"--junitxml={junit}/cpu-shard-{index}-of-2.xml",
+            f"--expectations-dir={expectations}",
         )  # fmt: skip
-    result = run_signoff(offline_options(pytester.path / "reports"))
+    sidecar = json.loads((junit / "cpu-shard-1-of-2.meta.json").read_text())
+    assert sidecar["junit_sha256"] == sha256_of(junit / "cpu-shard-1-of-2.xml")
+    result = run_signoff(offline_options(pytester.path / "reports", expectations_dir=expectations))
     cpu = result.backends["cpu"]
     assert (result.verdict, cpu.status) == (Verdict.PASS, Status.PASS), cpu.issues
     assert cpu.completeness.expected_count == 6
@@ -302,7 +333,9 @@ def test_reports_written_by_pytest_and_the_plugin_sign_off(
     assert float(case.properties["max_abs_err"]) == pytest.approx(3e-4)
     assert case.family == "persistent"
     (junit / "cpu-shard-1-of-2.xml").unlink()
-    again = run_signoff(offline_options(pytester.path / "reports", write=False))
+    again = run_signoff(
+        offline_options(pytester.path / "reports", write=False, expectations_dir=expectations)
+    )
     assert again.verdict == Verdict.INCOMPLETE
     assert any("cpu-shard-1-of-2.xml is missing" in issue for issue in again.backends["cpu"].issues)
 
