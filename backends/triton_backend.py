@@ -1,8 +1,10 @@
 """The suite's NVIDIA backend: the persistent Triton MLA decode, on a GPU (`cuda`) or
 under Triton's interpreter on the CPU (`interpret`).
 
-Both plan with the reference planner's ``triton`` profile on the host and move the plan
-to the device once per batch; the kernels walk it (kernels/triton_mla.py).
+Both plan for the ``triton`` profile: `cuda` with the device planner
+(kernels/device_plan.py; ``MLA_TRITON_PLANNER=host`` selects the reference planner),
+`interpret` with the reference planner on the host; the kernels walk the plan
+(kernels/triton_mla/).
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ class TritonBuilder(MLACommonBuilder):
 
     default_arch: ClassVar[str] = "triton"
 
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        if self.device.type == "cuda":  # plan on the GPU (kernels/device_plan.py)
+            from kernels.device_plan import builder_planner
+
+            self.planner = builder_planner(self.device, self.planner)
+
 
 class _TritonBackend(PlanExecutingBackend):
     numerics: ClassVar[str] = "tensor-core"
@@ -57,9 +66,10 @@ class _TritonBackend(PlanExecutingBackend):
         decode: base.DecodeMetadata,
         scales: DecodeScales,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        from kernels.device_plan import for_launch
         from kernels.triton_mla import persistent_mla_decode
 
-        plan = base.require_plan(decode)
+        plan = for_launch(base.require_plan(decode))  # a device plan: no host sync
         fp8_p = None
         if q.dtype == torch.float8_e4m3fnuz:
             # Hopper has no e4m3fnuz (gfx942's flavour); every such value is exact in bf16.

@@ -1,5 +1,8 @@
 """Time the reference persistent-decode planner (``python -m benchmarks.bench_planner``).
 
+``--device`` times the GPU planner and the captured decode step instead
+(benchmarks/bench_device_planner.py).
+
 Plans a causal, page-1 decode batch with random kv lengths for every batch size x
 q length of the grid and reports the median (and best) wall time of
 `plan_persistent_decode` over repeats. The default case is AITER's test default
@@ -99,6 +102,14 @@ def format_table(rows: Sequence[dict[str, object]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, object]]:
     """Command line: print the table and return the rows."""
+    argv = list(argv) if argv is not None else None
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if "--device" in args:
+        from benchmarks import bench_device_planner
+
+        return bench_device_planner.main([a for a in args if a != "--device"])
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_planner", description=__doc__.splitlines()[0]
     )

@@ -20,6 +20,7 @@ from conformance.errors import PlanError
 from conformance.numerics.fp8 import is_fp8
 from conformance.persistent.aiter_check import aiter_plan_matches_reference, pointer_table_problems
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
+from conformance.persistent.planner import takes_planner_call
 from conformance.persistent.sizing import METADATA_BUFFERS, UNWRITTEN
 
 CHECK_PLAN_ENV = "MLA_ROCM_CHECK_PLAN"
@@ -80,25 +81,19 @@ class AiterPlanner:
     def __init__(self, runtime: AiterRuntime) -> None:
         self.runtime = runtime
 
+    @takes_planner_call
     def __call__(
         self,
         qo_indptr: torch.Tensor,
         kv_indptr: torch.Tensor,
         kv_last_page_lens: torch.Tensor,
-        *,
-        num_heads_q: int,
-        max_seqlen_qo: int,
-        uni_seqlen_qo: int,
-        page_size: int,
-        kv_granularity: int,
-        causal: bool,
-        max_split_per_batch: int,
-        q_dtype: torch.dtype,
-        kv_dtype: torch.dtype,
-        arch: str,
-        num_cus: int,
+        **keywords: Any,
     ) -> AiterWorkPlan:
         """Plan one decode batch with AITER (arguments as `plan_persistent_decode`'s)."""
+        num_heads_q, max_seqlen_qo = keywords["num_heads_q"], keywords["max_seqlen_qo"]
+        arch, num_cus = keywords["arch"], keywords["num_cus"]
+        q_dtype, kv_dtype = keywords["q_dtype"], keywords["kv_dtype"]
+        max_split_per_batch, causal = keywords["max_split_per_batch"], keywords["causal"]
         device = self.runtime.device
         if arch != device.arch:
             raise PlanError(
@@ -121,10 +116,10 @@ class AiterPlanner:
         )
         args = metadata_args(inputs, buffers, num_heads_q=num_heads_q, causal=bool(causal))
         kwargs = metadata_kwargs(
-            page_size=page_size,
-            kv_granularity=kv_granularity,
+            page_size=keywords["page_size"],
+            kv_granularity=keywords["kv_granularity"],
             max_seqlen_qo=max_seqlen_qo,
-            uni_seqlen_qo=uni_seqlen_qo,
+            uni_seqlen_qo=keywords["uni_seqlen_qo"],
             max_split_per_batch=max_split_per_batch,
             dtype_keywords=self.runtime.api.dtype_keywords,
             q_dtype=q_dtype,
@@ -143,17 +138,7 @@ class AiterPlanner:
             "qo_indptr": qo_indptr,
             "kv_indptr": kv_indptr,
             "kv_last_page_lens": kv_last_page_lens,
-            "num_heads_q": num_heads_q,
-            "max_seqlen_qo": max_seqlen_qo,
-            "uni_seqlen_qo": uni_seqlen_qo,
-            "page_size": page_size,
-            "kv_granularity": kv_granularity,
-            "causal": causal,
-            "max_split_per_batch": max_split_per_batch,
-            "q_dtype": q_dtype,
-            "kv_dtype": kv_dtype,
-            "arch": arch,
-            "num_cus": num_cus,
+            **keywords,
         }
         aiter_calls = {
             "get_mla_metadata_info_v1": {

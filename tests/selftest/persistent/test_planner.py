@@ -22,6 +22,7 @@ from conformance.persistent import (
     metadata_buffer_sizes,
     plan_persistent_decode,
 )
+from conformance.persistent.checks import PLANNER_KEYWORDS
 from conformance.persistent.planner import _plan
 
 pytestmark = pytest.mark.selftest
@@ -270,15 +271,7 @@ def test_fp8_flavours_plan_alike_and_params_record_dtypes_as_strings() -> None:
         "qo_indptr",
         "kv_indptr",
         "kv_last_page_lens",
-        "num_heads_q",
-        "max_seqlen_qo",
-        "uni_seqlen_qo",
-        "page_size",
-        "kv_granularity",
-        "causal",
-        "max_split_per_batch",
-        "arch",
-        "num_cus",
+        *(k for k in PLANNER_KEYWORDS if not k.endswith("_dtype")),
         "fold_ratio",
         "heads_per_work",
         "num_tiles",

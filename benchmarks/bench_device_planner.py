@@ -1,0 +1,194 @@
+"""Time the device planner and the captured decode step on a GPU
+(``python -m benchmarks.bench_device_planner [--out DIR]``, or ``bench_planner --device``).
+
+For every batch size: the planner alone (CUDA events over replays of a CUDA graph of
+`CHAIN` plans, per plan, and of a graph of one plan, per replay: the second includes the
+graph launch), the reference planner on the host for comparison, and the end-to-end step
+(plan + decode + reduce, one graph) against the decode + reduce alone over a fixed plan
+(one graph). Batches: the ``triton`` profile, causal, q length 1, random kv lengths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+CHAIN = 50  # plans per graph for the per-plan time
+REPLAYS = 20
+
+
+def _graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    fn()  # compile and warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def _replay_ms(graph: torch.cuda.CUDAGraph, replays: int = REPLAYS) -> float:
+    """Median milliseconds per replay (CUDA events), over `replays` timed replays."""
+    graph.replay()
+    times = []
+    for _ in range(replays):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def _batch(batch: int, heads: int, page: int, max_kv: int, seed: int) -> dict[str, object]:
+    rng = random.Random(seed)
+    tokens = [rng.randint(1, max_kv) for _ in range(batch)]
+    pages = [(n + page - 1) // page for n in tokens]
+    return {
+        "qo_indptr": torch.arange(batch + 1, dtype=torch.int32),
+        "kv_indptr": torch.tensor([0, *itertools.accumulate(pages)], dtype=torch.int32),
+        "kv_last_page_lens": torch.tensor(
+            [n - (p - 1) * page for n, p in zip(tokens, pages, strict=True)], dtype=torch.int32
+        ),
+        "num_heads_q": heads,
+        "max_seqlen_qo": 1,
+        "uni_seqlen_qo": 1,
+        "page_size": page,
+        "kv_granularity": max(1, 16 // page),
+        "causal": True,
+        "max_split_per_batch": -1,
+        "q_dtype": torch.bfloat16,
+        "kv_dtype": torch.bfloat16,
+        "arch": "triton",
+        "num_cus": torch.cuda.get_device_properties(0).multi_processor_count,
+    }
+
+
+def bench_case(
+    batch: int, *, heads: int, page: int, max_kv: int, seed: int = 0, num_warps: int | None = None
+) -> dict:
+    """One row: planner and step timings for one batch size."""
+    from conformance.persistent import plan_persistent_decode
+    from kernels import device_plan
+    from kernels.triton_mla import persistent_mla_decode
+
+    host_call = _batch(batch, heads, page, max_kv, seed)
+    call = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in host_call.items()}
+    index = {k: call.pop(k) for k in ("qo_indptr", "kv_indptr", "kv_last_page_lens")}
+    call["num_warps"] = num_warps
+    buffers = device_plan.plan_buffers(
+        **index, **{k: v for k, v in call.items() if k != "num_warps"}
+    )
+    plan = device_plan.plan_on_device(**index, buffers=buffers, **call)
+    counts = plan.host_counts()
+
+    def plans() -> None:
+        for _ in range(CHAIN):
+            device_plan.plan_on_device(**index, buffers=buffers, **call)
+
+    per_plan = _replay_ms(_graph(plans)) / CHAIN
+    one_plan = _replay_ms(
+        _graph(lambda: device_plan.plan_on_device(**index, buffers=buffers, **call))
+    )
+    host = []
+    for _ in range(5):
+        start = time.perf_counter()
+        plan_persistent_decode(**host_call)
+        host.append(time.perf_counter() - start)
+
+    num_pages = int(host_call["kv_indptr"][-1])
+    torch.manual_seed(seed)
+    q = torch.randn(batch, heads, 576, device="cuda").to(torch.bfloat16)
+    cache = (0.1 * torch.randn(num_pages, page, 576, device="cuda")).to(torch.bfloat16)
+    kv_indices = torch.randperm(num_pages, device="cuda").to(torch.int32)
+    out = torch.empty(batch, heads, 512, dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty(batch, heads, dtype=torch.float32, device="cuda")
+    decode_args = {
+        "kv_indptr": index["kv_indptr"],
+        "kv_indices": kv_indices,
+        "kv_last_page_lens": index["kv_last_page_lens"],
+        "qo_indptr": index["qo_indptr"],
+        "page_size": page,
+        "sm_scale": 576**-0.5,
+        "causal": True,
+        "out": out,
+        "lse": lse,
+    }
+    fixed = plan.for_launch()
+
+    def step() -> None:
+        device_plan.plan_on_device(**index, buffers=buffers, **call)
+        persistent_mla_decode(q, cache, fixed, **decode_args)
+
+    step_ms = _replay_ms(_graph(step))
+    decode_ms = _replay_ms(_graph(lambda: persistent_mla_decode(q, cache, fixed, **decode_args)))
+    return {
+        "batch_size": batch,
+        "num_heads_q": heads,
+        "page_size": page,
+        "max_kv_len": max_kv,
+        "num_cus": call["num_cus"],
+        "num_warps": num_warps or "default",
+        **{k: counts[k] for k in ("num_tiles", "num_works", "num_partials")},
+        "planner_us_per_plan_in_graph": per_plan * 1e3,
+        "planner_us_one_plan_graph_replay": one_plan * 1e3,
+        "host_reference_planner_us": statistics.median(host) * 1e6,
+        "step_us": step_ms * 1e3,
+        "decode_alone_us": decode_ms * 1e3,
+        "step_over_decode": step_ms / decode_ms,
+    }
+
+
+def format_table(rows: Sequence[dict]) -> str:
+    header = (
+        f"{'B':>5} {'H':>4} {'tiles':>6} {'works':>6} {'plan µs':>8} {'1-plan µs':>9} "
+        f"{'host µs':>8} {'step µs':>9} {'decode µs':>9} {'ratio':>6}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(
+            f"{r['batch_size']:>5} {r['num_heads_q']:>4} {r['num_tiles']:>6} {r['num_works']:>6} "
+            f"{r['planner_us_per_plan_in_graph']:>8.2f} "
+            f"{r['planner_us_one_plan_graph_replay']:>9.2f} "
+            f"{r['host_reference_planner_us']:>8.0f} {r['step_us']:>9.1f} "
+            f"{r['decode_alone_us']:>9.1f} {r['step_over_decode']:>6.3f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_device_planner", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 1024])
+    parser.add_argument("--heads", type=int, nargs="+", default=[16, 128])
+    parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument("--max-kv-len", type=int, default=4096)
+    parser.add_argument("--num-warps", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="write device_planner.json here")
+    ns = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_device_planner: no CUDA device")
+    rows = [
+        bench_case(b, heads=h, page=ns.page_size, max_kv=ns.max_kv_len, num_warps=ns.num_warps)
+        for h in ns.heads
+        for b in ns.batch_sizes
+    ]
+    print(format_table(rows))
+    if ns.out is not None:
+        ns.out.mkdir(parents=True, exist_ok=True)
+        meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+        (ns.out / "device_planner.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,359 @@
+"""The persistent-decode planner as one Triton program: AITER's v1.2 walk without a serial loop.
+
+It writes the same buffers as the reference planner (conformance/persistent/planner.py) from
+device-resident ``qo_indptr``, ``kv_indptr`` and ``kv_last_page_lens``, with no host sync,
+into buffers of fixed size (CUDA-graph capturable). One program (CTA) holds every qo tile
+in registers (one lane per tile; the host pads tiles to ``NTMAX`` per virtual batch).
+
+The walk, in the cost space of the reference's fast walk (tile ``i`` spans
+``[P_i, P_i + blocks_i + overhead)``, ``P`` the prefix sum of tile costs): a program that
+starts at ``y`` with payload ``L`` ends at ``H(y + L)``, where for ``t`` in tile ``j``
+``H(t) = P_j`` when ``t - P_j <= overhead`` (the rest is wasted), ``P_{j+1}`` when the
+fragment ending at ``t - overhead`` leaves fewer than ``max_seqlen_qo`` tokens (page 1:
+the #2106 tail is absorbed), and ``t - overhead`` otherwise (a fragment fills the
+program). Between two such snaps the program starts form the progression
+``a + k * (L - overhead)``, so one round finds, for every tile at once, the first step of
+the progression that snaps in it (a min-reduction), instead of one step per program. A
+round costs a few vector operations; there is one per snap (waste or absorbed tail) plus
+one. The per-tile divisions by ``L - overhead`` are made once (quotient and remainder)
+and every round only compares them.
+
+Then every tile writes its first work, reduce entries and partial entries, and every
+program writes its ``work_indptr`` entry and the continuation fragment it starts with
+(found through a per-program mark array and a running max). Every entry the plan does
+not use is set to -1 (`UNWRITTEN`), so the buffers equal the reference's whole.
+
+``counts`` receives ``(num_works, num_partials, num_tiles, status)``; ``status`` is a
+bit set of `STATUS_BITS` (0: a valid plan).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+STATUS_BITS = {1: "bad input", 2: "tiles left over", 4: "buffer too small", 8: "cost overflow"}
+SCRATCH_FIELDS = tl.constexpr(16)  # int32 fields per tile kept for the programs' gathers
+MAX_COST = tl.constexpr(2**28)  # bound on the sum of tile costs: int32 arithmetic never wraps
+
+
+@triton.jit
+def _floor_diff(qx, rx, qy, ry):
+    """floor((X - Y) / d) from X = qx * d + rx and Y = qy * d + ry (0 <= r < d)."""
+    return qx - qy - (rx < ry).to(tl.int32)
+
+
+@triton.jit
+def _kv_offset(ke, kve, last, page_size, PAGE1: tl.constexpr):
+    """Tokens of the batch after page ``ke`` (AITER's kv_offset)."""
+    if PAGE1:
+        off = kve - ke
+    else:
+        off = tl.where(ke == kve, 0, (kve - ke - 1) * page_size + last)
+    return off
+
+
+@triton.jit
+def _fill(ptr, start, stop, value, BLOCK: tl.constexpr):
+    """ptr[start:stop] = value (stop known to the host as an upper bound)."""
+    for off in range(0, stop, BLOCK):
+        idx = off + tl.arange(0, BLOCK)
+        tl.store(ptr + idx, tl.full([BLOCK], value, tl.int32), mask=(idx >= start) & (idx < stop))
+
+
+@triton.jit
+def _store_work(wis_ptr, w, mask, vb, loc, qs, qe, ks, ke, off):
+    row = wis_ptr + w * 8
+    tl.store(row + 0, vb, mask=mask)
+    tl.store(row + 1, loc, mask=mask)
+    tl.store(row + 2, qs, mask=mask)
+    tl.store(row + 3, qe, mask=mask)
+    tl.store(row + 4, ks, mask=mask)
+    tl.store(row + 5, ke, mask=mask)
+    tl.store(row + 6, off, mask=mask)
+    tl.store(row + 7, tl.zeros_like(vb), mask=mask)
+
+
+@triton.jit
+def _max_combine(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _max_max_add(a0, a1, a2, b0, b1, b2):
+    return tl.maximum(a0, b0), tl.maximum(a1, b1), a2 + b2
+
+
+@triton.jit
+def _add3(a0, a1, a2, b0, b1, b2):
+    return a0 + b0, a1 + b1, a2 + b2
+
+
+@triton.jit
+def _add4(a0, a1, a2, a3, b0, b1, b2, b3):
+    return a0 + b0, a1 + b1, a2 + b2, a3 + b3
+
+
+@triton.jit
+def plan_kernel(
+    qo_ptr,
+    kv_ptr,
+    last_ptr,
+    wip_ptr,
+    wis_ptr,
+    rip_ptr,
+    rfm_ptr,
+    rpm_ptr,
+    counts_ptr,
+    scratch_ptr,
+    mark_ptr,
+    num_batches,
+    ratio,
+    uni,
+    heads,
+    packed_rows,
+    max_sq,
+    num_cu,
+    num_splits,
+    overhead,
+    ntmax,
+    max_work,
+    tile_cnt,
+    pm_len,
+    gran_shift,
+    page_size,
+    causal,
+    tiling,
+    folded_tail,
+    PAGE1: tl.constexpr,
+    BLOCK: tl.constexpr,
+    KBLOCK: tl.constexpr,
+    FILL_BLOCK: tl.constexpr,
+):
+    gran = 1 << gran_shift
+    o = overhead
+    # ---- setup: one lane per (virtual batch, tile) entry, as the reference's tile setup
+    e = tl.arange(0, BLOCK)
+    in_range = e < num_batches * ratio * ntmax
+    vb = e // ntmax
+    t = e - vb * ntmax
+    b = vb // ratio
+    kvb = tl.load(kv_ptr + b, mask=in_range, other=0)
+    kve = tl.load(kv_ptr + b + 1, mask=in_range, other=0)
+    qb = tl.load(qo_ptr + b, mask=in_range, other=0)
+    qe = tl.load(qo_ptr + b + 1, mask=in_range, other=1)
+    last = tl.load(last_ptr + b, mask=in_range, other=1)
+    seqlen = qe - qb
+    bad = in_range & ((seqlen < 1) | (seqlen > max_sq) | (kve < kvb))
+    if uni > 0:
+        bad |= in_range & ((qb != uni * b) | (qe != uni * (b + 1)))
+    seqlen = tl.maximum(seqlen, 1)
+    if ratio > 1:
+        q_begin = uni * vb
+        q_stop = q_begin + uni
+    else:
+        q_begin = qb
+        q_stop = qe
+    # qo tiles per virtual batch: 0 one, 1 one per q token, 2 packed rows of heads
+    ntiles = tl.where(
+        tiling == 0,
+        1,
+        tl.where(tiling == 1, seqlen, (seqlen * heads + packed_rows - 1) // packed_rows),
+    )
+    tsize = (seqlen + ntiles - 1) // ntiles
+    bad |= in_range & ((ntiles - 1) * tsize >= seqlen)
+    pages = kve - kvb
+    if PAGE1:
+        tokens = pages
+    else:
+        bad |= in_range & (pages > 0) & ((last < 1) | (last > page_size))
+        tokens = tl.where(pages > 0, (pages - 1) * page_size + last, 0)
+    bad |= in_range & (causal != 0) & (tokens < seqlen)
+    valid = in_range & (t < ntiles)
+    nblk = (pages + gran - 1) >> gran_shift
+    q_start = q_begin + t * tsize
+    q_end = tl.minimum(q_start + tsize, q_stop)
+    if PAGE1:  # the causal trim of a tile's kv (folded: AITER's v1.2 formula)
+        bt = tl.where(folded_tail != 0, ntiles - (q_start // ratio) % uni - 1, ntiles - 1 - t)
+        kv_stop = kve - tl.where(causal != 0, tl.maximum(bt, 0), 0)  # kv end of its last work
+    else:
+        kv_stop = kve
+
+    # ---- costs, their prefix sum, and its quotients by the payload ---------------------
+    cost = tl.where(valid, nblk + o, 0)
+    bad_any, nblk_max, total64 = tl.reduce(
+        (bad.to(tl.int32), nblk, cost.to(tl.int64)), 0, _max_max_add
+    )
+    bad_any |= (tl.load(kv_ptr) != 0).to(tl.int32) | (tl.load(qo_ptr) != 0).to(tl.int32)
+    overflow = (total64 >= MAX_COST) | (nblk_max >= MAX_COST)
+    p_end = tl.cumsum(cost, axis=0)  # P_{i+1}
+    p = p_end - cost  # P_i
+    p_total = total64.to(tl.int32)
+    d = tl.maximum((p_total + num_splits - 1) // num_splits, 1)  # payload minus overhead
+    q_p = p // d
+    r_p = p - q_p * d
+    q_pe = p_end // d
+    r_pe = p_end - q_pe * d
+    if PAGE1:  # a fragment ending at t - o is absorbed whole once t >= tau
+        need = (kve - max_sq + 1 - kvb + gran - 1) >> gran_shift
+        tau = p + o + tl.maximum(need, 0)
+        q_tau = tau // d
+        r_tau = tau - q_tau * d
+    q_n = p_total // d
+    r_n = p_total - q_n * d
+
+    # ---- rounds: one per snap -----------------------------------------------------------
+    kf = tl.zeros([BLOCK], tl.int32)  # program of a tile's first work
+    cont = tl.zeros([BLOCK], tl.int32)  # its further works (fragments)
+    k = tl.arange(0, KBLOCK)
+    y = tl.zeros([KBLOCK], tl.int32)  # where each program starts (cost space)
+    big = num_cu + 1
+    s = tl.full([], 0, tl.int32)
+    a = tl.full([], 0, tl.int32)
+    left = tl.full([], 0, tl.int32)
+    while (s < num_cu) & (a < p_total):
+        bl = a + o + 1
+        q_b = bl // d
+        r_b = bl - q_b * d
+        r_lo = tl.maximum(_floor_diff(q_p, r_p, q_b, r_b), 0)
+        r_hi = _floor_diff(q_pe, r_pe, q_b, r_b) - 1
+        has_t = valid & (r_lo <= r_hi)
+        t_lo = a + o + (tl.minimum(r_lo, big) + 1) * d
+        pj = q_p * d + r_p
+        waste = has_t & (t_lo - pj <= o)
+        r_ev = tl.where(waste, r_lo, big)
+        if PAGE1:
+            r_abs = tl.maximum(_floor_diff(q_tau, r_tau, q_b, r_b), r_lo)
+            r_ev = tl.where(has_t & (~waste) & (r_abs <= r_hi), r_abs, r_ev)
+        snap_p = tl.where(waste, pj, q_pe * d + r_pe)
+        key = (tl.minimum(r_ev, big).to(tl.int64) << 32) | snap_p.to(tl.int64)
+        r_end = tl.maximum(_floor_diff(q_n, r_n, q_b, r_b), 0)
+        key_end = (tl.minimum(r_end, big).to(tl.int64) << 32) | p_total.to(tl.int64)
+        best = tl.minimum(tl.min(key, axis=0), key_end)
+        r_star64 = best >> 32
+        r_star = r_star64.to(tl.int32)
+        snap = (best - (r_star64 << 32)).to(tl.int32)
+        left |= (r_star >= num_cu - s).to(tl.int32)
+        q_a = a // d
+        r_a = a - q_a * d
+        here = valid & (pj >= a) & (pj < snap)
+        kf = tl.where(here, s + tl.minimum(_floor_diff(q_p, r_p, q_a, r_a), r_star), kf)
+        split = has_t & (r_lo < r_star)
+        cont = tl.where(split, tl.minimum(r_hi, r_star - 1) - r_lo + 1, cont)
+        in_run = (k >= s) & (k <= s + r_star)
+        y = tl.where(in_run, a + (k - s) * d, y)
+        y = tl.where(k == s + r_star + 1, snap, y)
+        s = s + r_star + 1
+        a = snap
+    left |= (a < p_total).to(tl.int32)
+    tl.store(mark_ptr + KBLOCK + k, y, mask=k <= num_cu)  # program starts, for the gathers
+    tl.store(mark_ptr + k, tl.full([KBLOCK], -1, tl.int32), mask=k < num_cu)
+
+    # ---- per tile: counts, prefix sums, first works -------------------------------------
+    p = q_p * d + r_p
+    g = tl.where(valid, 1 + cont, 0)  # works
+    gp = tl.where(cont > 0, g, 0)  # partials
+    pw = gp * tsize  # partial rows
+    vi = valid.to(tl.int32)  # tiles
+    w_first, red_first, loc_first, tile_id = tl.associative_scan((g, gp, pw, vi), 0, _add4)
+    w_first -= g
+    red_first -= gp
+    loc_first -= pw
+    tile_id -= vi
+    num_works, num_partials, num_tiles = tl.reduce((g, gp, vi), 0, _add3)
+    too_small = (num_works > max_work) | (num_partials > pm_len) | (num_tiles > tile_cnt)
+    tl.debug_barrier()
+    is_split = valid & (cont > 0)
+    y_here = tl.load(mark_ptr + KBLOCK + kf, mask=valid & (kf <= num_cu), other=-1)
+    y_next = tl.load(mark_ptr + KBLOCK + kf + 1, mask=is_split & (kf < num_cu), other=0)
+    fresh = valid & (y_here == p)
+    base = y_next - p  # blocks of a split tile's first fragment
+
+    ke_first = tl.where(is_split, tl.minimum(kvb + base * gran, kv_stop), kv_stop)
+    loc = tl.where(is_split, loc_first, -1)
+    ok = valid & (w_first < max_work)
+    off_first = _kv_offset(ke_first, kve, last, page_size, PAGE1)
+    _store_work(wis_ptr, w_first, ok, vb, loc, q_start, q_end, kvb, ke_first, off_first)
+    rfm_ok = valid & (tile_id < tile_cnt)
+    tl.store(rip_ptr + tile_id + 1, red_first + gp, mask=rfm_ok)
+    tl.store(rfm_ptr + tile_id * 2, tl.where(is_split, q_start, -1), mask=rfm_ok)
+    tl.store(rfm_ptr + tile_id * 2 + 1, tl.where(is_split, q_end, -1), mask=rfm_ok)
+    tl.store(rpm_ptr + red_first, loc_first, mask=is_split & (red_first < pm_len))
+
+    # scratch for the programs' gathers, and the program marks
+    row = scratch_ptr + e * SCRATCH_FIELDS
+    keep = is_split | fresh
+    tl.store(row + 0, vb, mask=keep)
+    tl.store(row + 1, q_start, mask=keep)
+    tl.store(row + 2, q_end, mask=keep)
+    tl.store(row + 3, kvb, mask=keep)
+    tl.store(row + 4, kv_stop, mask=keep)
+    tl.store(row + 5, kve, mask=keep)
+    tl.store(row + 6, last, mask=keep)
+    tl.store(row + 7, tsize, mask=keep)
+    tl.store(row + 8, base, mask=keep)
+    tl.store(row + 9, w_first, mask=keep)
+    tl.store(row + 10, loc_first, mask=keep)
+    tl.store(row + 11, red_first, mask=keep)
+    tl.store(row + 12, kf, mask=keep)
+    tl.store(row + 13, cont, mask=keep)
+    tl.store(row + 14, fresh.to(tl.int32), mask=keep)
+    tl.store(mark_ptr + kf + 1, e, mask=is_split & (kf + 1 < num_cu))
+    tl.store(mark_ptr + kf, e, mask=fresh & (kf < num_cu))
+    tl.debug_barrier()
+
+    # ---- per program: work_indptr and the continuation fragment it starts with ---------
+    kin = k < num_cu
+    owner = tl.associative_scan(tl.load(mark_ptr + k, mask=kin, other=-1), 0, _max_combine)
+    has = kin & (owner >= 0)
+    orow = scratch_ptr + tl.maximum(owner, 0) * SCRATCH_FIELDS
+    o_kf = tl.load(orow + 12, mask=has, other=0)
+    o_cont = tl.load(orow + 13, mask=has, other=0)
+    o_fresh = tl.load(orow + 14, mask=has, other=0)
+    o_w = tl.load(orow + 9, mask=has, other=0)
+    dd = k - o_kf
+    starts = has & (o_fresh > 0) & (dd == 0)
+    cont_here = has & (dd >= 1) & (dd <= o_cont)
+    wip = tl.where(starts, o_w, tl.where(cont_here, o_w + dd, num_works))
+    tl.store(wip_ptr + k, wip, mask=kin)
+    tl.store(wip_ptr + num_cu, num_works)
+    c_vb = tl.load(orow + 0, mask=cont_here, other=0)
+    c_qs = tl.load(orow + 1, mask=cont_here, other=0)
+    c_qe = tl.load(orow + 2, mask=cont_here, other=0)
+    c_kvb = tl.load(orow + 3, mask=cont_here, other=0)
+    c_stop = tl.load(orow + 4, mask=cont_here, other=0)
+    c_kve = tl.load(orow + 5, mask=cont_here, other=0)
+    c_last = tl.load(orow + 6, mask=cont_here, other=1)
+    c_ts = tl.load(orow + 7, mask=cont_here, other=0)
+    c_base = tl.load(orow + 8, mask=cont_here, other=0)
+    c_loc0 = tl.load(orow + 10, mask=cont_here, other=0)
+    c_red0 = tl.load(orow + 11, mask=cont_here, other=0)
+    c_ks = c_kvb + (c_base + (dd - 1) * d) * gran
+    c_ke = tl.where(dd == o_cont, c_stop, tl.minimum(c_kvb + (c_base + dd * d) * gran, c_stop))
+    c_loc = c_loc0 + dd * c_ts
+    c_w = o_w + dd
+    _store_work(
+        wis_ptr,
+        c_w,
+        cont_here & (c_w < max_work),
+        c_vb,
+        c_loc,
+        c_qs,
+        c_qe,
+        c_ks,
+        c_ke,
+        _kv_offset(c_ke, c_kve, c_last, page_size, PAGE1),
+    )
+    tl.store(rpm_ptr + c_red0 + dd, c_loc, mask=cont_here & (c_red0 + dd < pm_len))
+
+    # ---- every entry the plan does not use --------------------------------------------
+    tl.store(rip_ptr, 0)
+    _fill(rip_ptr, num_tiles + 1, tile_cnt + 1, num_partials, FILL_BLOCK)
+    _fill(rfm_ptr, num_tiles * 2, tile_cnt * 2, -1, FILL_BLOCK)
+    _fill(rpm_ptr, num_partials, pm_len, -1, FILL_BLOCK)
+    _fill(wis_ptr, num_works * 8, max_work * 8, -1, FILL_BLOCK)
+    status = bad_any | (left << 1) | (too_small.to(tl.int32) << 2) | (overflow.to(tl.int32) << 3)
+    tl.store(counts_ptr + 0, num_works)
+    tl.store(counts_ptr + 1, num_partials)
+    tl.store(counts_ptr + 2, num_tiles)
+    tl.store(counts_ptr + 3, status)

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# GPU run of the device planner (kernels/triton_planner.py) on a machine without internet.
+#
+# Uses the machine's own python3, torch and triton; pure-Python wheels it lacks
+# (junitparser, defusedxml) may be carried in .whl/. Writes into OUTDIR: versions.json,
+# selftest.xml (the device-planner selftests with MLA_PLANNER_FUZZ random batches and the
+# CUDA-graph step), cuda.xml (the cuda conformance set, which
+# now plans on the GPU), device_planner.json (the benchmark) and log.txt.
+#
+#   scripts/gpu_planner.sh OUTDIR [--no-conformance]
+set -uo pipefail
+out=${1:?usage: scripts/gpu_planner.sh OUTDIR [--no-conformance]}
+conformance=1
+[ "${2:-}" = "--no-conformance" ] && conformance=0
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+exec > >(tee "$out/log.txt") 2>&1
+export PYTHONUNBUFFERED=1 MLA_PLANNER_FUZZ=${MLA_PLANNER_FUZZ:-2000}
+start=$(date +%s)
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  site_dir=$(mktemp -d)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$site_dir" .whl/*.whl && export PYTHONPATH=$site_dir${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+python3 - "$out/versions.json" <<'PY'
+import json, sys
+import torch, triton
+info = {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda}
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    info.update(device=p.name, sm_count=p.multi_processor_count)
+json.dump(info, open(sys.argv[1], "w"), indent=2)
+print(info)
+PY
+
+status=0
+python3 -m pytest tests/selftest/kernels/test_device_planner.py \
+  tests/selftest/kernels/test_planned_decode.py \
+  --junitxml="$out/selftest.xml" -p no:cacheprovider -q -rfEs --durations=5 || status=$?
+echo "gpu_planner: selftests done after $(( $(date +%s) - start )) s"
+if [ "$conformance" = 1 ]; then
+  MLA_CONFORMANCE_BACKEND=cuda python3 -m pytest tests/conformance --backend=cuda \
+    --junitxml="$out/cuda.xml" -o junit_suite_name=mla-cuda -p no:cacheprovider -q -rfEs \
+    || status=$?
+  echo "gpu_planner: conformance done after $(( $(date +%s) - start )) s"
+fi
+python3 -m benchmarks.bench_device_planner --out "$out" || status=$?
+echo "gpu_planner: exit status $status after $(( $(date +%s) - start )) s"
+exit "$status"

@@ -1,0 +1,263 @@
+"""Self-tests of the device planner (kernels/triton_planner.py, kernels/device_plan.py).
+
+Certified like any planner: every buffer (written regions and the ``UNWRITTEN`` rest)
+and every count equal the reference planner's, on the plan-exact goldens and on random
+batches of every profile; a batch the reference rejects raises the same `PlanError`.
+Without CUDA the kernel runs under Triton's interpreter (``TRITON_INTERPRET=1`` is set
+here, before Triton is imported) on tiny batches; with CUDA it runs natively and
+``MLA_PLANNER_FUZZ=N`` sets the number of random batches (scripts/gpu_planner.sh: 2000,
+up to 1024 batches and 304 CUs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+import os
+import random
+from typing import Any
+
+import pytest
+import torch
+
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+pytest.importorskip("triton", reason="triton is not installed; the device planner needs it")
+
+import kernels.triton_planner as tp  # noqa: E402
+from conformance.errors import PlanError  # noqa: E402
+from conformance.goldens import GoldenStore, load_golden  # noqa: E402
+from conformance.persistent import plan_persistent_decode  # noqa: E402
+from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan  # noqa: E402
+from kernels import device_plan  # noqa: E402
+
+if not ON_GPU and type(tp.plan_kernel).__name__ != "InterpretedFunction":
+    tp = importlib.reload(tp)  # imported earlier without the interpreter: decorate again
+
+pytestmark = pytest.mark.selftest
+
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+FUZZ = int(os.environ.get("MLA_PLANNER_FUZZ", "0")) or (600 if ON_GPU else 60)
+FP8 = torch.float8_e4m3fnuz
+COUNT_NAMES = ("num_works", "num_partials", "num_tiles")
+
+
+def plan_differences(actual: WorkPlan, expected: WorkPlan) -> list[str]:
+    """Every buffer (whole) and count that differs, named; empty when identical."""
+    problems = []
+    for name in PLAN_BUFFERS:
+        a, e = getattr(actual, name).cpu(), getattr(expected, name).cpu()
+        if a.shape != e.shape:
+            problems.append(f"{name}: shape {tuple(a.shape)}, expected {tuple(e.shape)}")
+        elif not torch.equal(a, e):
+            first = tuple(int(i) for i in torch.nonzero(a != e)[0])
+            got, want = a[first].tolist(), e[first].tolist()
+            problems.append(f"{name}{list(first)}: {got}, expected {want}")
+    for name in COUNT_NAMES:
+        if getattr(actual, name) != getattr(expected, name):
+            problems.append(f"{name}: {getattr(actual, name)}, expected {getattr(expected, name)}")
+    return problems
+
+
+def random_call(rng: random.Random, *, large: bool) -> dict[str, Any]:
+    """A planner call of any profile: short, long and empty-ish kv, tail-rule probes."""
+    arch = rng.choice(["gfx942", "gfx950", "triton"])
+    batch = rng.choice([1, 2, 3, 64, 333, 1024] if large else [1, 2, 3, 4])
+    page = rng.choice([1, 1, 2, 16, 64])
+    sq = rng.choice([1, 1, 2, 3, 4])
+    heads = rng.choice([16, 32, 64, 128] if arch == "triton" else [16, 32, 48, 64, 128])
+    uni = rng.random() < 0.7
+    q_lens = [sq] * batch if uni else [rng.randint(1, sq) for _ in range(batch)]
+    top = rng.choice([2, 20, 300, 9000] if large else [2, 5, 40, 300])
+    tokens = [max(q, rng.randint(1, top)) for q in q_lens]
+    if rng.random() < 0.3:  # one past / one short of a block boundary
+        tokens = [max(q, 16 * rng.randint(1, 8) + rng.choice([-1, 1])) for q in q_lens]
+    pages = [(n + page - 1) // page for n in tokens]
+    q_dtype = rng.choice([torch.bfloat16, FP8])
+    return {
+        "qo_indptr": torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32),
+        "kv_indptr": torch.tensor([0, *itertools.accumulate(pages)], dtype=torch.int32),
+        "kv_last_page_lens": torch.tensor(
+            [n - (p - 1) * page for n, p in zip(tokens, pages, strict=True)], dtype=torch.int32
+        ),
+        "num_heads_q": heads,
+        "max_seqlen_qo": max(q_lens),
+        "uni_seqlen_qo": sq if uni else -1,
+        "page_size": page,
+        "kv_granularity": rng.choice([1, 2, 16, max(page, 16)]),
+        "causal": rng.random() < 0.8,
+        "max_split_per_batch": rng.choice([-1, -1, 1, 2, 32]),
+        "q_dtype": q_dtype,
+        "kv_dtype": FP8 if q_dtype == FP8 else rng.choice([torch.bfloat16, FP8]),
+        "arch": arch,
+        "num_cus": rng.choice([80, 132, 304, 7] if large else [1, 2, 3, 5]),
+    }
+
+
+def on_device(call: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in call.items()}
+
+
+def test_random_batches_plan_bit_identically() -> None:
+    rng = random.Random(17)
+    planned = rejected = 0
+    while planned < FUZZ:
+        call = random_call(rng, large=ON_GPU and rng.random() < 0.5)
+        try:
+            expected = plan_persistent_decode(**call)
+        except PlanError:
+            rejected += 1
+            continue
+        actual = device_plan.plan_on_device(**on_device(call))
+        problems = plan_differences(actual, expected)
+        scalars = {k: v for k, v in call.items() if not isinstance(v, torch.Tensor)}
+        assert not problems, f"batch {planned} ({scalars}):\n  " + "\n  ".join(problems)
+        planned += 1
+    assert rejected < planned, f"{rejected} of the random calls were rejected: a weak generator"
+
+
+def golden_ids() -> list[str]:
+    ids = list(GoldenStore().read_manifest().entries)
+    return ids if ON_GPU else [i for i in ids if i.startswith("tiny-")]
+
+
+@pytest.mark.parametrize("case_id", golden_ids())
+def test_golden_plans_are_reproduced(case_id: str) -> None:
+    golden = load_golden(GoldenStore(), case_id)
+    actual = device_plan.plan_on_device(**on_device(golden.planner_call()))
+    expected = golden.plan()
+    problems = [
+        p
+        for p in plan_differences(actual, expected)
+        if not p.startswith(("work_info_set", "reduce_final_map", "reduce_partial_map"))
+    ]
+    regions = actual.written_regions()
+    for name, want in expected.written_regions().items():
+        if not torch.equal(regions[name].cpu(), want):
+            problems.append(f"{name} differs")
+    assert not problems, f"golden {case_id}:\n  " + "\n  ".join(problems)
+
+
+def base_call(**changes: Any) -> dict[str, Any]:
+    call = {
+        "qo_indptr": torch.tensor([0, 2, 4], dtype=torch.int32),
+        "kv_indptr": torch.tensor([0, 40, 90], dtype=torch.int32),
+        "kv_last_page_lens": torch.tensor([1, 1], dtype=torch.int32),
+        "num_heads_q": 16,
+        "max_seqlen_qo": 2,
+        "uni_seqlen_qo": 2,
+        "page_size": 1,
+        "kv_granularity": 16,
+        "causal": True,
+        "max_split_per_batch": -1,
+        "q_dtype": torch.bfloat16,
+        "kv_dtype": torch.bfloat16,
+        "arch": "gfx942",
+        "num_cus": 3,
+    }
+    call.update(changes)
+    return call
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"kv_indptr": torch.tensor([0, 40, 30], dtype=torch.int32)},  # decreasing
+        {"kv_indptr": torch.tensor([0, 1, 90], dtype=torch.int32)},  # kv shorter than q
+        {"qo_indptr": torch.tensor([0, 2, 5], dtype=torch.int32), "uni_seqlen_qo": -1},
+        {"qo_indptr": torch.tensor([0, 1, 2], dtype=torch.int32)},  # uni disagrees
+        {"page_size": 16, "kv_last_page_lens": torch.tensor([0, 3], dtype=torch.int32)},
+    ],
+    ids=["kv-decreasing", "kv-below-q", "q-above-max", "uni-disagrees", "last-page-len"],
+)
+def test_a_rejected_batch_raises_the_reference_error(changes: dict[str, Any]) -> None:
+    call = base_call(**changes)
+    with pytest.raises(PlanError) as reference:
+        plan_persistent_decode(**call)
+    plan = device_plan.plan_on_device(**on_device(call))  # no error yet: nothing read back
+    with pytest.raises(PlanError) as device:
+        plan.host_counts()
+    assert str(device.value) == str(reference.value)
+
+
+def copied(plan: WorkPlan) -> WorkPlan:
+    return dataclasses.replace(plan, **{n: getattr(plan, n).clone() for n in PLAN_BUFFERS})
+
+
+def test_the_comparison_catches_a_changed_entry_and_count() -> None:
+    """Negative control of `plan_differences`: one entry, one count."""
+    expected = plan_persistent_decode(**base_call())
+    changed = copied(expected)
+    changed.work_info_set[1, 5] += 1
+    assert plan_differences(changed, expected) == [
+        "work_info_set[1, 5]: "
+        + (f"{int(changed.work_info_set[1, 5])}, expected {int(expected.work_info_set[1, 5])}")
+    ]
+    changed = copied(expected)
+    changed.num_works -= 1
+    assert [p.split(":")[0] for p in plan_differences(changed, expected)] == ["num_works"]
+
+
+def test_launch_view_reads_nothing_back() -> None:
+    plan = device_plan.plan_on_device(**on_device(base_call()))
+    view = device_plan.for_launch(plan)
+    assert plan._host is None, "for_launch read the counts back (a host sync)"
+    assert view.work_info_set is plan.work_info_set
+    assert view.num_works == plan.work_info_set.shape[0]
+
+
+def test_buffers_are_reused_and_overwritten_whole() -> None:
+    """A second batch of the same size in the same buffers equals its own reference plan."""
+    first = base_call()
+    second = base_call(kv_indptr=torch.tensor([0, 300, 302], dtype=torch.int32))
+    buffers = device_plan.plan_buffers(**on_device(first))
+    device_plan.plan_on_device(**on_device(first), buffers=buffers).host_counts()
+    plan = device_plan.plan_on_device(**on_device(second), buffers=buffers)
+    assert plan.work_info_set.data_ptr() == buffers.work_info_set.data_ptr()
+    assert not plan_differences(plan, plan_persistent_decode(**second))
+
+
+def test_builder_planner_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = plan_persistent_decode
+    monkeypatch.delenv(device_plan.PLANNER_ENV, raising=False)
+    assert device_plan.builder_planner(torch.device("cpu"), host) is host
+    assert isinstance(
+        device_plan.builder_planner(torch.device("cuda", 0), host), device_plan.DevicePlanner
+    )
+    monkeypatch.setenv(device_plan.PLANNER_ENV, "host")
+    assert device_plan.builder_planner(torch.device("cuda", 0), host) is host
+    monkeypatch.setenv(device_plan.PLANNER_ENV, "gpu")
+    with pytest.raises(ValueError, match=device_plan.PLANNER_ENV):
+        device_plan.builder_planner(torch.device("cuda", 0), host)
+
+
+def test_device_planner_checks_at_once_and_falls_back_when_too_large(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    planner = device_plan.DevicePlanner(DEVICE)
+    with pytest.raises(PlanError, match="kv_indptr"):
+        planner(**base_call(kv_indptr=torch.tensor([0, 40, 30], dtype=torch.int32)))
+    monkeypatch.setattr(device_plan, "MAX_ENTRIES", 1)
+    plan = planner(**base_call())
+    assert not isinstance(plan, device_plan.DeviceWorkPlan)
+    assert not plan_differences(plan, plan_persistent_decode(**base_call()))
+
+
+def test_a_batch_over_the_cost_bound_is_refused_and_planned_on_the_host() -> None:
+    call = base_call(
+        qo_indptr=torch.tensor([0, 1], dtype=torch.int32),
+        kv_indptr=torch.tensor([0, 2**28 + 5], dtype=torch.int32),
+        kv_last_page_lens=torch.tensor([1], dtype=torch.int32),
+        max_seqlen_qo=1,
+        uni_seqlen_qo=1,
+        kv_granularity=1,
+    )
+    plan = device_plan.plan_on_device(**on_device(call))
+    with pytest.raises(PlanError, match=device_plan.DEVICE_LIMIT):
+        plan.host_counts()
+    fallback = device_plan.DevicePlanner(DEVICE)(**call)
+    assert not isinstance(fallback, device_plan.DeviceWorkPlan)
+    assert not plan_differences(fallback, plan_persistent_decode(**call))
