@@ -20,7 +20,8 @@ export PYTHONUNBUFFERED=1 MLA_CONFORMANCE_BACKEND=flashinfer
 . scripts/carried_wheels.sh
 jit=$(mktemp -d /tmp/flashinfer-jit.XXXXXX)
 export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
-export FLASHINFER_WORKSPACE_BASE=$jit/workspace TVM_FFI_CACHE_DIR=$jit/tvm-ffi
+export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-$jit/workspace}
+export TVM_FFI_CACHE_DIR=${TVM_FFI_CACHE_DIR:-$jit/tvm-ffi}
 ninja_dir=$(python3 -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null) \
   && export PATH=$ninja_dir:$PATH || echo "ninja not importable: FlashInfer's JIT may fail"
 
