@@ -94,7 +94,31 @@ def _add4(a0, a1, a2, a3, b0, b1, b2, b3):
     return a0 + b0, a1 + b1, a2 + b2, a3 + b3
 
 
-@triton.jit
+# The batch's scalars change every step: specializing on them (Triton keys a compile on an
+# int being 1 or a multiple of 16) would compile a new variant for many batches.
+_RUNTIME_SCALARS = (
+    "num_batches",
+    "ratio",
+    "uni",
+    "heads",
+    "packed_rows",
+    "max_sq",
+    "num_cu",
+    "num_splits",
+    "overhead",
+    "ntmax",
+    "max_work",
+    "tile_cnt",
+    "pm_len",
+    "gran_shift",
+    "page_size",
+    "causal",
+    "tiling",
+    "folded_tail",
+)
+
+
+@triton.jit(do_not_specialize=_RUNTIME_SCALARS)
 def plan_kernel(
     qo_ptr,
     kv_ptr,

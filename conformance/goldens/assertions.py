@@ -194,7 +194,7 @@ def assert_same_plan(
             problems.append(f"{name}: {a}, expected {e}")
     got, want = actual.written_regions(), expected.written_regions()
     for name, w in want.items():
-        g = got[name].to("cpu")
+        g, w = got[name].to("cpu"), w.to("cpu")  # either plan may live on the device
         if g.shape != w.shape or not torch.equal(g, w):
             problems.append(_first_difference(name, g, w))
     if problems:

@@ -182,8 +182,8 @@ def test_micro_batch_split_inside_a_request_is_refused_under_dcp():
 
 
 @pytest.mark.parametrize("field", list(metadata.BUILDER_REQUIRED_FIELDS))
-def test_missing_field_names_itself(field, make_builder):
-    cam = batch.make_cam(batch.BATCH_SPECS["mixed_small"], block_size=16)
+def test_missing_field_names_itself(field, backend, make_builder):
+    cam = batch.make_cam(batch.BATCH_SPECS["mixed_small"], block_size=16, device=backend.device)
     builder = make_builder(block_size=16)
     with pytest.raises(MetadataError) as exc:
         builder.build(cam.replace(**{field: None}))
@@ -199,8 +199,8 @@ def test_constructor_without_required_field_names_it(field):
         metadata.CommonAttentionMetadata(**kwargs)  # conformance-audit: ignore[CAM003]
 
 
-def test_builder_rejects_upper_bound_below_seq_lens(make_builder):
-    cam = batch.make_cam(batch.BATCH_SPECS["mixed_small"], block_size=16)
+def test_builder_rejects_upper_bound_below_seq_lens(backend, make_builder):
+    cam = batch.make_cam(batch.BATCH_SPECS["mixed_small"], block_size=16, device=backend.device)
     low = cam.seq_lens_cpu_upper_bound.clone()
     low[3] -= 1
     with pytest.raises(MetadataError) as exc:
@@ -208,8 +208,8 @@ def test_builder_rejects_upper_bound_below_seq_lens(make_builder):
     assert_field_error(exc, "seq_lens_cpu_upper_bound")
 
 
-def test_optimistic_upper_bound_on_decode_rows_is_accepted(make_builder):
-    cam = batch.make_cam(batch.BATCH_SPECS["mixed_small"], block_size=16)
+def test_optimistic_upper_bound_on_decode_rows_is_accepted(backend, make_builder):
+    cam = batch.make_cam(batch.BATCH_SPECS["mixed_small"], block_size=16, device=backend.device)
     optimistic = cam.seq_lens_cpu_upper_bound.clone()
     optimistic[:2] += 3  # async spec decode assumes every draft accepted
     meta = make_builder(block_size=16).build(cam.replace(seq_lens_cpu_upper_bound=optimistic))
@@ -218,8 +218,8 @@ def test_optimistic_upper_bound_on_decode_rows_is_accepted(make_builder):
     )
 
 
-def test_prefill_context_comes_from_the_upper_bound(make_builder):
-    cam = batch.make_cam(batch.BATCH_SPECS["extend"], block_size=16)
+def test_prefill_context_comes_from_the_upper_bound(backend, make_builder):
+    cam = batch.make_cam(batch.BATCH_SPECS["extend"], block_size=16, device=backend.device)
     meta = make_builder(block_size=16).build(cam)
     assert meta.prefill.context_lens_cpu.tolist() == [80, 150]
     chunks = meta.prefill.chunked_context
@@ -276,18 +276,18 @@ def _site_key(site) -> str:
     return f"{Path(site.path).resolve().relative_to(REPO).as_posix()}::{site.qualname}"
 
 
-def _exercise_make_cam() -> metadata.CommonAttentionMetadata:
-    return batch.make_cam(batch.BATCH_SPECS["mixed_medium"], block_size=16)
+def _exercise_make_cam(device: torch.device) -> metadata.CommonAttentionMetadata:
+    return batch.make_cam(batch.BATCH_SPECS["mixed_medium"], block_size=16, device=device)
 
 
-def _exercise_benchmark_runner() -> metadata.CommonAttentionMetadata:
+def _exercise_benchmark_runner(device: torch.device) -> metadata.CommonAttentionMetadata:
     from benchmarks.metadata_runner import build_decode_metadata
 
-    return build_decode_metadata([33, 700, 4096], query_len=2, block_size=16, device="cpu")
+    return build_decode_metadata([33, 700, 4096], query_len=2, block_size=16, device=device)
 
 
-# Every construction site in this repository, with the call that exercises it.
-EXERCISED_SITES: dict[str, Callable[[], metadata.CommonAttentionMetadata]] = {
+# Every construction site in this repository, with the call that exercises it on a device.
+EXERCISED_SITES: dict[str, Callable[[torch.device], metadata.CommonAttentionMetadata]] = {
     "conformance/metadata/batch.py::make_cam": _exercise_make_cam,
     "benchmarks/metadata_runner.py::build_decode_metadata": _exercise_benchmark_runner,
 }
@@ -319,11 +319,29 @@ def test_every_construction_site_is_exercised():
 
 
 @pytest.mark.parametrize("site", sorted(EXERCISED_SITES))
-def test_construction_site_output_validates(site, make_builder):
-    cam = EXERCISED_SITES[site]()
+def test_construction_site_output_validates(site, backend, make_builder):
+    cam = EXERCISED_SITES[site](backend.device)
     threshold = cam.max_query_len if cam.max_query_len <= 4 else 1
     validate(cam, decode_threshold=threshold, block_size=16)
     make_builder(block_size=16, decode_threshold=threshold).build(cam)
+
+
+@pytest.mark.parametrize("site", sorted(EXERCISED_SITES))
+def test_construction_site_output_builds_as_prefill(site, backend, make_builder):
+    # A decode-only build never reads seq_lens_cpu_upper_bound; at threshold 1 every
+    # multi-token row is a prefill row, whose context the builder takes from it.
+    cam = EXERCISED_SITES[site](backend.device)
+    meta = make_builder(block_size=16, decode_threshold=1).build(cam)
+    prefill = meta.prefill
+    assert prefill is not None, f"{site}: the batch has no prefill rows at decode_threshold 1"
+    upper = cam.seq_lens_cpu_upper_bound
+    assert upper is not None, f"{site}: seq_lens_cpu_upper_bound is None"
+    rows = slice(meta.num_decodes, cam.num_reqs)
+    expected = upper[rows].to(torch.int32) - cam.query_lens_cpu()[rows]
+    assert torch.equal(prefill.context_lens_cpu.cpu(), expected), (
+        f"{site}: prefill context {prefill.context_lens_cpu.tolist()}, expected "
+        f"seq_lens_cpu_upper_bound - query lens = {expected.tolist()}"
+    )
 
 
 def test_construction_audit_is_clean_on_this_repository():

@@ -66,6 +66,6 @@ def test_a_site_that_drops_the_upper_bound_is_caught(pytester, monkeypatch):
     monkeypatch.setattr(metadata_runner, "build_decode_metadata", forgets_upper_bound)
     hole = _run(pytester, str(FAMILY_A), "-k", "construction_site_output_validates and bench")
     hole.assert_outcomes(passed=1)  # a decode-only build never reads the upper bound
-    result = _run(pytester, str(HOLES), "-k", "builds_as_prefill")
+    result = _run(pytester, str(FAMILY_A), "-k", "builds_as_prefill")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*seq_lens_cpu_upper_bound*"])
