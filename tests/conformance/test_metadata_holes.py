@@ -11,16 +11,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import torch
 
 from backends.base import Backend
 from conformance.metadata import batch, transforms
 from conformance.metadata.dims import DEEPSEEK_R1
-from conformance.metadata.record import CommonAttentionMetadata
 
 CONFORMANCE_FAMILY = "metadata"  # family A; a module of its own only to stay short
 
