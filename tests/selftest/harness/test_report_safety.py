@@ -116,9 +116,10 @@ def test_a_partial_run_supersedes_nothing_and_says_so(
 def test_naming_the_whole_conformance_set_is_a_full_run(project: pytest.Pytester) -> None:
     result = run(project, "tests/conformance", "--junitxml=reports/junit/cpu.xml")
     assert result.ret == 0
-    assert json.loads((project.path / "reports/junit/cpu.meta.json").read_text())[
-        "selection"
-    ] == "full"
+    assert (
+        json.loads((project.path / "reports/junit/cpu.meta.json").read_text())["selection"]
+        == "full"
+    )
 
 
 def test_shards_balance_by_recorded_durations(project: pytest.Pytester) -> None:
