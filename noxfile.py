@@ -6,16 +6,18 @@ write ``reports/junit/<backend>[-shard-<i>-of-<n>].xml``; `signoff` merges them.
 Environments are nox's own: one per session under ``.nox/``, made with uv where it is
 installed (else virtualenv) and reused on later runs. Each session installs one requirement
 set of ``requirements/``. The GPU sessions see the interpreter's site packages
-(``--system-site-packages``), so a GPU machine's vendor torch, triton and aiter are used as
-installed; where that interpreter has no torch, the CPU set is installed so the tests are
-collected and reported skipped. A backend that cannot run here still writes its JUnit file
-(every test skipped, with the reason) and then is a skipped session in nox's summary.
+(``--system-site-packages``, and a ``.pth`` file where nox runs in a virtualenv), so a GPU
+machine's vendor torch, triton and aiter are used as installed; where that interpreter has
+no torch, the CPU set is installed so the tests are collected and reported skipped. A
+backend that cannot run here still writes its JUnit file (every test skipped, with the
+reason) and then is a skipped session in nox's summary.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import site
 import subprocess
 import sys
 import time
@@ -61,8 +63,23 @@ def _env(session: nox.Session, **extra: str) -> dict[str, str]:
     return {**os.environ, **{k: v for k, v in session.env.items() if v is not None}, **extra}
 
 
+def _reach_interpreter_site(session: nox.Session) -> None:
+    """Where nox runs in a virtualenv, let the session see that virtualenv's packages too.
+
+    ``--system-site-packages`` reaches the base interpreter's packages only; a vendor torch
+    installed in the virtualenv running nox is reached through a ``.pth`` file.
+    """
+    if sys.prefix == sys.base_prefix:
+        return
+    probe = [_python(session), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+    purelib = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+    paths = "\n".join(site.getsitepackages()) + "\n"
+    Path(purelib, "_nox_interpreter_site.pth").write_text(paths, encoding="utf-8")
+
+
 def _gpu_install(session: nox.Session) -> None:
     """The base set over the interpreter's torch; the CPU set where it has none."""
+    _reach_interpreter_site(session)
     if _has_torch(session):
         _install(session, GPU)
         return

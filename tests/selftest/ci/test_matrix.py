@@ -267,3 +267,13 @@ def test_buildkite_yaml_quotes_what_yaml_would_misread() -> None:
     yaml = pytest.importorskip("yaml")
     (step, _, _) = yaml.safe_load(pipeline_yaml([job]))["steps"]
     assert step["label"] == "conformance a: b # c"
+
+
+def test_workflow_parses_as_yaml_with_a_timeout_on_every_job(workflow: str) -> None:
+    yaml = pytest.importorskip("yaml")  # the tests session installs PyYAML
+    document = yaml.safe_load(workflow)
+    assert set(document["jobs"]) == {"plan", "conformance", "signoff"}
+    assert document["jobs"]["conformance"]["timeout-minutes"] == "${{ matrix.timeout_minutes }}"
+    assert all(
+        isinstance(document["jobs"][job]["timeout-minutes"], int) for job in ("plan", "signoff")
+    )
