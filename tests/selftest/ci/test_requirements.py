@@ -95,7 +95,8 @@ def resolve(requirements: Path, out: Path) -> subprocess.CompletedProcess[str]:
     else:
         command = [
             sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-            "--quiet", "--index-url", PYPI, "--report", str(out), "-r", str(requirements),
+            "--progress-bar", "off", "--index-url", PYPI, "--report", str(out),
+            "-r", str(requirements),
         ]  # fmt: skip
     return subprocess.run(
         command, capture_output=True, text=True, env=plain_pypi_environment(), timeout=600
@@ -104,8 +105,9 @@ def resolve(requirements: Path, out: Path) -> subprocess.CompletedProcess[str]:
 
 def conflict(result: subprocess.CompletedProcess[str]) -> str:
     """The resolver's explanation of a failure, the conflicting requirements named."""
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    return "\n".join(lines[-15:])
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    start = next((i for i, line in enumerate(lines) if "conflict is caused by" in line), None)
+    return "\n".join(lines[-15:] if start is None else lines[start:][:15])
 
 
 def test_every_session_set_is_covered() -> None:
