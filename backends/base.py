@@ -29,6 +29,8 @@ class KVCacheSpec:
     block_size: int
     dtype: torch.dtype = torch.bfloat16
     head_size: int = 576
+    num_blocks: int | None = None
+    """Blocks in the cache, the null block included; None: not known (ids bounded below only)."""
 
 
 @dataclass(frozen=True)

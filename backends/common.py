@@ -97,7 +97,14 @@ class MLACommonBuilder(MetadataBuilder):
     def build(self, cam: CommonAttentionMetadata) -> MLAMetadata:
         """Split decodes from prefills and build both parts."""
         threshold = self.config.decode_threshold
-        validate(cam, decode_threshold=threshold)
+        spec = self.config.kv_cache
+        validate(
+            cam,
+            decode_threshold=threshold,
+            block_size=spec.block_size,
+            num_blocks=spec.num_blocks,
+            device=self.device,
+        )
         nd, npf, ndt, npt = split_decodes_and_prefills(
             cam, threshold, require_uniform=threshold > 1
         )

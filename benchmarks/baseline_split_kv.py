@@ -60,9 +60,7 @@ def _stage1_kernel(
     KV_FP8: tl.constexpr,
     DOT_T: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    head_block = tl.program_id(1)
-    split = tl.program_id(2)
+    row, head_block, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     req = row // q_len
     seq_len = tl.load(row_seq_lens_ptr + row)
     split_len = tl.cdiv(seq_len, num_splits)

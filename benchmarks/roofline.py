@@ -33,14 +33,14 @@ class Ceilings:
     copy_bytes_per_s: float
     matmul_flops_per_s: float
 
+    def as_dict(self) -> dict[str, float]:
+        """JSON-ready record (with the ridge point)."""
+        return {**asdict(self), "ridge_flops_per_byte": self.ridge_flops_per_byte}
+
     @property
     def ridge_flops_per_byte(self) -> float:
         """Arithmetic intensity above which a kernel is compute-bound."""
         return self.matmul_flops_per_s / self.copy_bytes_per_s
-
-    def as_dict(self) -> dict[str, float]:
-        """JSON-ready record (with the ridge point)."""
-        return {**asdict(self), "ridge_flops_per_byte": self.ridge_flops_per_byte}
 
 
 @dataclass(frozen=True)
@@ -53,22 +53,6 @@ class DecodeShape:
     q_len: int
     kv_format: str  # "bf16" or "fp8"
     q_format: str = "bf16"
-
-    def __post_init__(self) -> None:
-        for name in ("batch", "heads", "context", "q_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"DecodeShape.{name}: expected a positive int, got {value!r}")
-        if self.kv_format not in KV_BYTES_PER_TOKEN:
-            raise ValueError(
-                f"DecodeShape.kv_format: expected one of {sorted(KV_BYTES_PER_TOKEN)}, "
-                f"got {self.kv_format!r}"
-            )
-        if self.q_format not in Q_BYTES_PER_ELEMENT:
-            raise ValueError(
-                f"DecodeShape.q_format: expected one of {sorted(Q_BYTES_PER_ELEMENT)}, "
-                f"got {self.q_format!r}"
-            )
 
     @property
     def rows(self) -> int:
@@ -97,6 +81,22 @@ class DecodeShape:
     def intensity(self) -> float:
         """FLOPs per byte of the floor's traffic."""
         return self.flops / self.min_bytes
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "heads", "context", "q_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"DecodeShape.{name}: expected a positive int, got {value!r}")
+        if self.kv_format not in KV_BYTES_PER_TOKEN:
+            raise ValueError(
+                f"DecodeShape.kv_format: expected one of {sorted(KV_BYTES_PER_TOKEN)}, "
+                f"got {self.kv_format!r}"
+            )
+        if self.q_format not in Q_BYTES_PER_ELEMENT:
+            raise ValueError(
+                f"DecodeShape.q_format: expected one of {sorted(Q_BYTES_PER_ELEMENT)}, "
+                f"got {self.q_format!r}"
+            )
 
 
 @dataclass(frozen=True)

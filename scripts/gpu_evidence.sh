@@ -56,7 +56,7 @@ mkdir -p "$run_dir"
 python3 -m pytest tests/conformance --backend=cuda --junitxml="$run_dir/cuda.xml" \
   -o junit_suite_name=mla-cuda -p no:cacheprovider -q -rfEs || status=$?
 cp "$run_dir"/cuda.xml "$run_dir"/cuda.meta.json "$out"/ || status=$?
-python3 -m pytest tests/selftest/test_triton_mla.py --junitxml="$out/kernels.xml" \
+python3 -m pytest tests/selftest/kernels/test_triton_mla.py --junitxml="$out/kernels.xml" \
   -p no:cacheprovider -q -rfEs || status=$?
 if [ "$bench" = 1 ]; then
   python3 -m benchmarks.bench_decode --out "$out" || status=$?

@@ -1,7 +1,8 @@
 """Family A's domain: the `CommonAttentionMetadata` record and everything that builds it.
 
 - `record`: the dataclass and its field lists (required, builder-required, deprecated);
-- `validator`: `validate(cam)`, every invariant of the record;
+- `validator`: `validate(cam)`, every invariant of the record (`paging`: its paging rules);
+- `corpus`: malformed records, one corruption each, and valid edge cases;
 - `transforms`: unpad, micro-batch slice, decode/prefill views (construction sites);
 - `batch`: `BatchSpec` and the factory `make_cam`;
 - `dims`: MLA dimensions and model presets.

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from conformance.metadata.paging import NULL_BLOCK
 from conformance.metadata.record import CommonAttentionMetadata
-
-NULL_BLOCK = 0
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ def make_cam(
     seq_lens = torch.tensor(spec.seq_lens, dtype=torch.int32)
     qsl = torch.zeros(spec.batch_size + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(query_lens, 0)
-    slots, positions = _slots_and_positions(spec, table, block_size)
+    slots, positions = slots_and_positions(spec, table, block_size)
     dev = torch.device(device)
     return CommonAttentionMetadata(
         query_start_loc=qsl.to(dev),
@@ -131,9 +130,10 @@ def make_cam(
     )
 
 
-def _slots_and_positions(
+def slots_and_positions(
     spec: BatchSpec, table: torch.Tensor, block_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slot and position of each new token of `spec`, where `table` puts them."""
     slots, positions = [], []
     for r, (s, q) in enumerate(zip(spec.seq_lens, spec.query_lens, strict=True)):
         pos = torch.arange(s - q, s, dtype=torch.int64)

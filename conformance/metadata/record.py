@@ -54,7 +54,7 @@ class CommonAttentionMetadata:
     num_actual_tokens: int
     """Total query tokens; equals `query_start_loc[num_reqs]`."""
     max_query_len: int
-    """Longest query in the batch."""
+    """Longest query in the batch, exactly (the transforms recompute it; `validate` checks it)."""
     max_seq_len: int
     """Upper bound on `seq_lens` (may over-estimate, never under)."""
     block_table_tensor: torch.Tensor

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from backends.base import KVCacheSpec
 from conformance.errors import MetadataError
-from conformance.metadata import batch, transforms
+from conformance.metadata import batch, corpus, transforms
 from conformance.metadata import record as metadata
 from conformance.metadata.validator import validate
 
@@ -18,23 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 # The pinned field set. Adding a field to CommonAttentionMetadata fails
 # `test_cam_field_set_is_pinned` with the construction sites to review (vLLM #40844, #24322).
-PINNED_CAM_FIELDS = (
-    "query_start_loc",
-    "query_start_loc_cpu",
-    "seq_lens",
-    "num_reqs",
-    "num_actual_tokens",
-    "max_query_len",
-    "max_seq_len",
-    "block_table_tensor",
-    "slot_mapping",
-    "causal",
-    "seq_lens_cpu_upper_bound",
-    "dcp_local_seq_lens",
-    "dcp_local_seq_lens_cpu",
-    "positions",
-    "is_prefilling",
-    "_seq_lens_cpu",
+PINNED_CAM_FIELDS = tuple(
+    """query_start_loc query_start_loc_cpu seq_lens num_reqs num_actual_tokens max_query_len
+    max_seq_len block_table_tensor slot_mapping causal seq_lens_cpu_upper_bound
+    dcp_local_seq_lens dcp_local_seq_lens_cpu positions is_prefilling _seq_lens_cpu""".split()
 )
 
 SPEC_NAMES = [
@@ -101,6 +89,28 @@ def test_builder_accepts_factory_output(spec_name, block_size, backend, make_bui
         assert p is not None
         ub = cam.seq_lens_cpu_upper_bound[nd:]
         assert torch.equal(p.context_lens_cpu, ub - cam.query_lens_cpu()[nd:])
+
+
+def _corpus_builder(make_builder):
+    kv = KVCacheSpec(block_size=corpus.BLOCK_SIZE, num_blocks=corpus.NUM_BLOCKS)
+    return make_builder(block_size=corpus.BLOCK_SIZE, kv_cache=kv)
+
+
+@pytest.mark.parametrize("case", sorted(corpus.CORRUPTIONS))
+def test_builder_rejects_malformed_record(case, backend, make_builder):
+    # conformance.metadata.corpus: one corruption each; docs/validator.md lists the rules
+    want, corrupt = corpus.CORRUPTIONS[case]
+    cam = corrupt(corpus.make_record(device=backend.device))
+    with pytest.raises(MetadataError) as exc:
+        _corpus_builder(make_builder).build(cam)
+    assert corpus.names_field(exc.value, want), f"expected {want!r} named: {exc.value}"
+
+
+@pytest.mark.parametrize("case", sorted(corpus.VALID))
+def test_builder_accepts_valid_edge_case(case, backend, make_builder):
+    _corpus_builder(make_builder).build(
+        corpus.VALID[case](corpus.make_record(device=backend.device))
+    )
 
 
 def _sentinel_cam() -> metadata.CommonAttentionMetadata:

@@ -9,21 +9,15 @@ audit of tests/ does not report them.
 from __future__ import annotations
 
 import inspect
-import re
-import tracemalloc
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
-import torch
 
 from backends import registry
 from backends.base import BuilderConfig, KVCacheSpec, MetadataBuilder
 from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
-from conformance.audit import LayerProtocol, run_audit
-from conformance.cli.main import main as conformance_main
 from conformance.errors import StubIncompleteError
 from conformance.metadata import batch
 from conformance.metadata.dims import DEEPSEEK_R1, MODEL_PRESETS, get_mla_dims
@@ -32,14 +26,11 @@ from conformance.stubs import factory as stubs_module
 from conformance.stubs.factory import (
     compare_layer_protocol,
     record_builder_reads,
-    require_complete_context,
-    require_complete_stub,
-    stub_problems,
 )
 from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL, AttentionImpl, MLAAttentionLayer
 from conformance.stubs.recorder import site_of
 
-FAMILY_B = Path(__file__).resolve().parents[1] / "conformance" / "test_stubs.py"
+FAMILY_B = Path(__file__).resolve().parents[2] / "conformance" / "test_stubs.py"
 THIS_FILE = Path(__file__).name
 LAYER = "placeholder"
 CONFIG = BuilderConfig(kv_cache=KVCacheSpec(block_size=16), max_model_len=4096, max_num_seqs=64)
@@ -50,6 +41,16 @@ def run_family_b(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_inprocess(str(FAMILY_B), "-p", "no:cacheprovider", *args)
 
 
+def family_b_fails(
+    pytester: pytest.Pytester, select: str, *lines: str, failed: int, backend: str = "cpu"
+) -> pytest.RunResult:
+    """Family B's tests matching `select` fail `failed` times, printing `lines` in order."""
+    result = run_family_b(pytester, "--backend", backend, "-k", select)
+    assert result.parseoutcomes().get("failed", 0) == failed, result.parseoutcomes()
+    result.stdout.fnmatch_lines(list(lines), consecutive=False)
+    return result
+
+
 def mixed_batch() -> CommonAttentionMetadata:
     """Two decodes and two prefills with context."""
     return batch.make_cam(batch.BATCH_SPECS["mixed_small"], block_size=16)
@@ -58,137 +59,6 @@ def mixed_batch() -> CommonAttentionMetadata:
 def cpu_builder(builder_cls: type[MetadataBuilder] = CpuReferenceBuilder):
     """``context -> builder`` for `builder_cls` over the layer called `LAYER`."""
     return lambda context: builder_cls(CONFIG, [LAYER], context)
-
-
-@pytest.fixture
-def traced_allocations() -> Iterator[None]:
-    """Trace allocations, so stubs no factory made still say where they were built."""
-    started = not tracemalloc.is_tracing()
-    if started:
-        tracemalloc.start()
-    yield
-    if started:
-        tracemalloc.stop()
-
-
-# ---------------------------------------------------------------------------- #52139
-
-
-def context_52139(*, with_q_lora_rank: bool) -> tuple[dict[str, Any], int]:
-    """vLLM #52139's stub: a `SimpleNamespace` with a tensor for the prefill backend.
-
-    Before the fix it lacked the five dims; here it lacks only `q_lora_rank` (or, fixed,
-    nothing). Returns the context and the line the stub was built on.
-    """
-    dims = get_mla_dims(DEEPSEEK_R1)
-    extra = {"q_lora_rank": dims.q_lora_rank} if with_q_lora_rank else {}
-    static_forward_context: dict[str, Any] = {}
-    line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
-    static_forward_context[LAYER] = (
-        SimpleNamespace(  # conformance-audit: ignore[STUB001,STUB002,STUB003]
-            prefill_backend=torch.empty((1,)),
-            kv_lora_rank=dims.kv_lora_rank,
-            qk_nope_head_dim=dims.qk_nope_head_dim,
-            qk_rope_head_dim=dims.qk_rope_head_dim,
-            v_head_dim=dims.v_head_dim,
-            **extra,
-        )
-    )
-    return static_forward_context, line
-
-
-def test_52139_stub_fails_the_dynamic_check_naming_q_lora_rank(traced_allocations):
-    context, line = context_52139(with_q_lora_rank=False)
-    with pytest.raises(StubIncompleteError) as exc:
-        require_complete_context(context, MLA_BUILDER_LAYER_PROTOCOL)
-    assert exc.value.path == "q_lora_rank"
-    message = str(exc.value)
-    assert "'q_lora_rank'" in message
-    assert f"SimpleNamespace {LAYER!r}" in message
-    built = re.search(rf"stub built at \S*{THIS_FILE}:(\d+)\)", message)
-    assert built is not None, message
-    assert line <= int(built.group(1)) <= line + 7, message  # within the SimpleNamespace call
-    kinds = {p.path: p.kind for p in stub_problems(context[LAYER], MLA_BUILDER_LAYER_PROTOCOL)}
-    assert kinds == {
-        "q_lora_rank": "missing",
-        "prefill_backend.clone": "accidental",
-        "<class>": "class",
-    }
-
-
-def test_52139_stub_fails_the_real_builder_under_recording():
-    context, _ = context_52139(with_q_lora_rank=False)
-    with pytest.raises(StubIncompleteError, match="'q_lora_rank'") as exc:
-        record_builder_reads(cpu_builder(), context[LAYER], [mixed_batch()], layer_name=LAYER)
-    assert exc.value.path == "q_lora_rank"
-    assert f"SimpleNamespace {LAYER!r}" in str(exc.value)
-
-
-def test_52139_fix_is_still_flagged_for_its_accidental_prefill_backend():
-    context, _ = context_52139(with_q_lora_rank=True)
-    problems = stub_problems(context[LAYER], MLA_BUILDER_LAYER_PROTOCOL)
-    assert [(p.path, p.kind) for p in problems] == [
-        ("prefill_backend.clone", "accidental"),
-        ("<class>", "class"),
-    ]
-    with pytest.raises(StubIncompleteError, match=r"torch\.Tensor") as exc:
-        require_complete_stub(context[LAYER], MLA_BUILDER_LAYER_PROTOCOL, name=LAYER)
-    assert exc.value.path == "prefill_backend.clone"
-    assert "not an AttentionLayerBase subclass" in str(exc.value)
-
-
-SOURCE_52139 = """\
-import types
-
-import torch
-
-
-def _build_decode_metadata(vllm_config, mla_dims):
-    layer_name = "placeholder"
-    vllm_config.compilation_config.static_forward_context[layer_name] = (
-        types.SimpleNamespace(
-            prefill_backend=torch.empty((1,)),
-            kv_lora_rank=mla_dims.kv_lora_rank,
-            qk_nope_head_dim=mla_dims.qk_nope_head_dim,
-            qk_rope_head_dim=mla_dims.qk_rope_head_dim,
-            v_head_dim=mla_dims.v_head_dim,{fixed}
-        )
-    )
-"""
-STUB_LINE_52139 = 9  # the line of `types.SimpleNamespace(` above
-
-
-def write_52139_tree(root: Path, *, fixed: bool) -> Path:
-    """A source tree holding the #52139 test file (broken, or with `q_lora_rank`)."""
-    path = root / "tests" / "kernels" / "attention" / "test_rocm_aiter_mla_decode_metadata.py"
-    path.parent.mkdir(parents=True)
-    extra = "\n            q_lora_rank=mla_dims.q_lora_rank," if fixed else ""
-    path.write_text(SOURCE_52139.replace("{fixed}", extra), encoding="utf-8")
-    return path
-
-
-def test_static_audit_reports_the_52139_stub_file_and_line(tmp_path):
-    path = write_52139_tree(tmp_path, fixed=False)
-    protocol = LayerProtocol({"cpu": MLA_BUILDER_LAYER_PROTOCOL}, source="test")
-    report = run_audit([tmp_path], audits=("stubs",), protocol=protocol)
-    missing = [f for f in report.findings if f.code == "STUB001"]
-    assert len(missing) == 1, report.to_text()
-    finding = missing[0]
-    assert Path(finding.path).resolve() == path.resolve()
-    assert finding.line == STUB_LINE_52139, report.to_text()
-    assert finding.names == ("q_lora_rank",)
-    assert report.exit_code == 1
-
-
-def test_audit_command_reports_the_52139_stub_and_passes_the_fix(tmp_path, capsys):
-    broken = write_52139_tree(tmp_path / "broken", fixed=False)
-    assert conformance_main(["audit", "--only", "stubs", str(tmp_path / "broken")]) == 1
-    out = capsys.readouterr().out
-    assert f"{broken}:{STUB_LINE_52139}: STUB001" in out, out
-    assert "q_lora_rank" in out
-    write_52139_tree(tmp_path / "fixed", fixed=True)
-    assert conformance_main(["audit", "--only", "stubs", str(tmp_path / "fixed")]) == 0
-    assert "STUB001" not in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------- builders
@@ -274,16 +144,13 @@ def test_family_b_passes_on_the_reference_backend(pytester):
 
 def test_builder_reading_a_new_attribute_fails_family_b(pytester, monkeypatch):
     register(monkeypatch, ReadsMoreBackend())
-    result = run_family_b(
-        pytester, "--backend", "reads-more", "-k", "reads_exactly or minimal_complete_stub"
-    )
-    assert result.parseoutcomes().get("failed", 0) == 2, result.parseoutcomes()
-    result.stdout.fnmatch_lines(
-        [
-            "*+ kv_cache_dtype*read during init, not declared*",
-            "*StubIncompleteError*'kv_cache_dtype'*",
-        ],
-        consecutive=False,
+    family_b_fails(
+        pytester,
+        "reads_exactly or minimal_complete_stub",
+        "*+ kv_cache_dtype*read during init, not declared*",
+        "*StubIncompleteError*'kv_cache_dtype'*",
+        failed=2,
+        backend="reads-more",
     )
 
 
@@ -350,11 +217,10 @@ class MalformedDeclarationBackend(CpuReferenceBackend):
 
 def test_malformed_declaration_fails_family_b(pytester, monkeypatch):
     register(monkeypatch, MalformedDeclarationBackend())
-    result = run_family_b(
-        pytester, "--backend", MalformedDeclarationBackend.name, "-k", "protocol_is_well_formed"
+    lines = ["*not dotted identifiers: [[]'kv-lora-rank'[]]*"]
+    family_b_fails(
+        pytester, "protocol_is_well_formed", *lines, failed=1, backend="malformed-declaration"
     )
-    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
-    result.stdout.fnmatch_lines(["*not dotted identifiers: [[]'kv-lora-rank'[]]*"])
 
     class OrphanOnly(CpuReferenceBackend):
         name: ClassVar[str] = "orphan-declaration"
@@ -363,9 +229,8 @@ def test_malformed_declaration_fails_family_b(pytester, monkeypatch):
         }
 
     register(monkeypatch, OrphanOnly())
-    result = run_family_b(pytester, "--backend", OrphanOnly.name, "-k", "protocol_is_well_formed")
-    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
-    result.stdout.fnmatch_lines(["*parent path declared too: [[]'quant_method.scale'[]]*"])
+    lines = ["*parent path declared too: [[]'quant_method.scale'[]]*"]
+    family_b_fails(pytester, "protocol_is_well_formed", *lines, failed=1, backend=OrphanOnly.name)
 
 
 def test_stub_factory_with_fixed_dims_fails_family_b(pytester, monkeypatch):
@@ -377,15 +242,14 @@ def test_stub_factory_with_fixed_dims_fails_family_b(pytester, monkeypatch):
         return get_mla_dims(DEEPSEEK_R1), heads, label
 
     monkeypatch.setattr(stubs_module, "_dims_and_heads", always_r1_dims)
-    result = run_family_b(pytester, "-k", "stub_dims_follow_the_checkpoint")
     differing = [
         name
         for name, model in MODEL_PRESETS.items()
         if get_mla_dims(model) != get_mla_dims(DEEPSEEK_R1)
     ]
     assert differing, "some preset must have dims other than DeepSeek-R1's"
-    assert result.parseoutcomes().get("failed", 0) == len(differing), result.parseoutcomes()
-    result.stdout.fnmatch_lines([f"*{differing[0]}: stub * get_mla_dims *, real layer *"])
+    line = f"*{differing[0]}: stub * get_mla_dims *, real layer *"
+    family_b_fails(pytester, "stub_dims_follow_the_checkpoint", line, failed=len(differing))
 
 
 def test_incomplete_suite_stub_factory_fails_family_b(pytester, monkeypatch):
@@ -396,8 +260,7 @@ def test_incomplete_suite_stub_factory_fails_family_b(pytester, monkeypatch):
         return real(*args, **{**kwargs, "omit": [*kwargs.get("omit", ()), "v_head_dim"]})
 
     monkeypatch.setattr(stubs_module, "make_layer_stub", forgets_v_head_dim)
-    result = run_family_b(pytester, "-k", "suite_stub_factories_make_complete_stubs")
+    select, line = "suite_stub_factories_make_complete_stubs", "*StubIncompleteError*'v_head_dim'*"
+    result = family_b_fails(pytester, select, line, failed=len(MODEL_PRESETS) + 1)
     outcomes = result.parseoutcomes()
-    assert outcomes.get("failed", 0) == len(MODEL_PRESETS) + 1, outcomes
     assert outcomes.get("passed", 0) == 1, outcomes  # conftest.make_layer_context: a real layer
-    result.stdout.fnmatch_lines(["*StubIncompleteError*'v_head_dim'*"])

@@ -11,23 +11,38 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+import torch
 
-from backends import registry
+from backends import common, registry
 from backends.base import MetadataBuilder, PrefillMetadata
 from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
 from conformance.audit import construction
 from conformance.errors import MetadataError
-from conformance.metadata import batch, transforms
+from conformance.metadata import batch, paging, transforms
 from conformance.metadata import record as metadata
 from conformance.metadata import validator as validate_module
 from conformance.metadata.record import CommonAttentionMetadata
 
-FAMILY_A = Path(__file__).resolve().parents[1] / "conformance" / "test_metadata.py"
+FAMILY_A = Path(__file__).resolve().parents[2] / "conformance" / "test_metadata.py"
 
 
-def run_family_a(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """Run family A in-process against the current (patched) implementation."""
-    return pytester.runpytest_inprocess(str(FAMILY_A), "-p", "no:cacheprovider", *args)
+def family_a_fails(
+    pytester: pytest.Pytester,
+    select: str,
+    *lines: str,
+    failed: int = 0,
+    at_least: int = 1,
+    backend: str = "cpu",
+) -> None:
+    """Run the family-A tests matching `select` in-process against the current (patched)
+    implementation; require `failed` failures (or `at_least`) and `lines`, in order."""
+    args = ("-p", "no:cacheprovider", "--backend", backend, "-k", select)
+    result = pytester.runpytest_inprocess(str(FAMILY_A), *args)
+    outcomes = result.parseoutcomes()
+    count = outcomes.get("failed", 0)
+    assert count == failed if failed else count >= at_least, outcomes
+    if lines:
+        result.stdout.fnmatch_lines(list(lines), consecutive=False)
 
 
 def test_factory_dropping_the_upper_bound_fails_family_a(pytester, monkeypatch):
@@ -37,10 +52,7 @@ def test_factory_dropping_the_upper_bound_fails_family_a(pytester, monkeypatch):
         return real(*args, **kwargs).replace(seq_lens_cpu_upper_bound=None)
 
     monkeypatch.setattr(batch, "make_cam", drops_upper_bound)
-    result = run_family_a(pytester, "-k", "accepts_factory_output and prefill")
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("failed", 0) > 0, outcomes
-    result.stdout.fnmatch_lines(["*seq_lens_cpu_upper_bound*"])
+    family_a_fails(pytester, "accepts_factory_output and prefill", "*seq_lens_cpu_upper_bound*")
 
 
 class IgnoresUpperBoundBuilder(CpuReferenceBuilder):
@@ -66,15 +78,13 @@ def test_builder_ignoring_the_upper_bound_fails_family_a(pytester, monkeypatch):
     monkeypatch.setattr(
         registry, "get_backend", lambda name: broken if name == broken.name else real(name)
     )
-    result = run_family_a(pytester, "--backend", broken.name, "-k", "upper_bound or missing_field")
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("failed", 0) >= 2, outcomes
-    result.stdout.fnmatch_lines(
-        [
-            "FAILED *test_missing_field_names_itself[[]seq_lens_cpu_upper_bound[]]*",
-            "FAILED *test_builder_rejects_upper_bound_below_seq_lens*",
-        ],
-        consecutive=False,
+    family_a_fails(
+        pytester,
+        "upper_bound or missing_field",
+        "FAILED *test_missing_field_names_itself[[]seq_lens_cpu_upper_bound[]]*",
+        "FAILED *test_builder_rejects_upper_bound_below_seq_lens*",
+        at_least=2,
+        backend=broken.name,
     )
 
 
@@ -85,23 +95,18 @@ def test_transformation_losing_a_field_fails_family_a(pytester, monkeypatch):
         return real(*args, **kwargs).replace(positions=None)
 
     monkeypatch.setattr(transforms, "slice_requests", loses_positions)
-    result = run_family_a(pytester, "-k", "optional_field_survives")
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("failed", 0) == 4, outcomes  # every transform but `replace`
-    result.stdout.fnmatch_lines(["*dropped 'positions'*"])
+    family_a_fails(pytester, "optional_field_survives", "*dropped 'positions'*", failed=4)
 
 
 def test_new_cam_field_fails_the_pinned_field_set(pytester, monkeypatch):
     real = metadata.cam_field_names
     monkeypatch.setattr(metadata, "cam_field_names", lambda: (*real(), "new_field"))
-    result = run_family_a(pytester, "-k", "cam_field_set_is_pinned")
-    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
-    result.stdout.fnmatch_lines(
-        [
-            "*fields changed (added [[]'new_field'[]], removed [[][]])*",
-            "*conformance/metadata/batch.py:*",
-        ],
-        consecutive=False,
+    family_a_fails(
+        pytester,
+        "cam_field_set_is_pinned",
+        "*fields changed (added [[]'new_field'[]], removed [[][]])*",
+        "*conformance/metadata/batch.py:*",
+        failed=1,
     )
 
 
@@ -113,9 +118,12 @@ def test_unexercised_construction_site_fails_family_a(pytester, monkeypatch):
         return [*sites, dataclasses.replace(sites[0], qualname="rogue_factory")]
 
     monkeypatch.setattr(construction, "find_construction_sites", with_an_unexercised_site)
-    result = run_family_a(pytester, "-k", "every_construction_site_is_exercised")
-    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
-    result.stdout.fnmatch_lines(["*without an exercising call: [[]'*::rogue_factory'[]]*"])
+    family_a_fails(
+        pytester,
+        "every_construction_site_is_exercised",
+        "*without an exercising call: [[]'*::rogue_factory'[]]*",
+        failed=1,
+    )
 
 
 def test_construction_site_missing_a_field_fails_family_a(pytester, monkeypatch, tmp_path):
@@ -132,9 +140,12 @@ def test_construction_site_missing_a_field_fails_family_a(pytester, monkeypatch,
     monkeypatch.setattr(
         construction, "audit_construction", lambda *a, **k: [*real(*a, **k), *real(tmp_path)]
     )
-    result = run_family_a(pytester, "-k", "construction_audit_is_clean")
-    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
-    result.stdout.fnmatch_lines([f"*{broken}:5: CAM001 *seq_lens_cpu_upper_bound*"])
+    family_a_fails(
+        pytester,
+        "construction_audit_is_clean",
+        f"*{broken}:5: CAM001 *seq_lens_cpu_upper_bound*",
+        failed=1,
+    )
 
 
 def test_validator_accepting_an_unordered_batch_fails_family_a(pytester, monkeypatch):
@@ -149,9 +160,7 @@ def test_validator_accepting_an_unordered_batch_fails_family_a(pytester, monkeyp
                 raise
 
     monkeypatch.setattr(validate_module, "validate", ignores_order)
-    result = run_family_a(pytester, "-k", "unordered_batch_is_rejected")
-    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
-    result.stdout.fnmatch_lines(["*DID NOT RAISE*"])
+    family_a_fails(pytester, "unordered_batch_is_rejected", "*DID NOT RAISE*", failed=1)
 
 
 def test_split_stopping_at_padding_rows_fails_family_a(pytester, monkeypatch):
@@ -167,17 +176,20 @@ def test_split_stopping_at_padding_rows_fails_family_a(pytester, monkeypatch):
         return real(cam, decode_threshold, require_uniform)
 
     monkeypatch.setattr(batch, "split_decodes_and_prefills", stops_at_padding)
-    result = run_family_a(pytester, "-k", "test_split_decodes_and_prefills")
-    assert result.parseoutcomes().get("failed", 0) == 2, result.parseoutcomes()
-    result.stdout.fnmatch_lines(["FAILED *padded_decode*", "FAILED *padded_mtp*"])
+    family_a_fails(
+        pytester,
+        "test_split_decodes_and_prefills",
+        "FAILED *padded_decode*",
+        "FAILED *padded_mtp*",
+        failed=2,
+    )
 
 
 def test_reorder_keeping_the_given_order_fails_family_a(pytester, monkeypatch):
     monkeypatch.setattr(
         batch, "reorder_decode_first", lambda spec, threshold=1: list(range(spec.batch_size))
     )
-    result = run_family_a(pytester, "-k", "reorder_puts_decodes_first")
-    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
+    family_a_fails(pytester, "reorder_puts_decodes_first", failed=1)
 
 
 def test_silent_deprecated_property_fails_family_a(pytester, monkeypatch):
@@ -186,15 +198,12 @@ def test_silent_deprecated_property_fails_family_a(pytester, monkeypatch):
         return self.seq_lens.cpu() if self._seq_lens_cpu is None else self._seq_lens_cpu
 
     monkeypatch.setattr(CommonAttentionMetadata, "seq_lens_cpu", property(seq_lens_cpu))
-    result = run_family_a(pytester, "-k", "seq_lens_cpu_is_deprecated")
-    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
-    result.stdout.fnmatch_lines(["*DeprecationWarning*"])
+    family_a_fails(pytester, "seq_lens_cpu_is_deprecated", "*DeprecationWarning*", failed=1)
 
 
 def test_micro_batch_split_keeping_full_lengths_fails_family_a(pytester, monkeypatch):
     monkeypatch.setattr(transforms, "_LENGTH_FIELDS", ())  # BROKEN: no shortening
-    result = run_family_a(pytester, "-k", "shortens_its_lengths")
-    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
+    family_a_fails(pytester, "shortens_its_lengths", failed=1)
 
 
 def test_benchmark_site_with_a_wrong_slot_fails_family_a(pytester, monkeypatch):
@@ -209,6 +218,34 @@ def test_benchmark_site_with_a_wrong_slot_fails_family_a(pytester, monkeypatch):
         return cam.replace(slot_mapping=slots)
 
     monkeypatch.setattr(metadata_runner, "build_decode_metadata", wrong_slot)
-    result = run_family_a(pytester, "-k", "construction_site_output_validates")
-    assert result.parseoutcomes().get("failed", 0) == 1, result.parseoutcomes()
-    result.stdout.fnmatch_lines(["*slot_mapping[[]0[]]*"])
+    family_a_fails(
+        pytester, "construction_site_output_validates", "*slot_mapping[[]0[]]*", failed=1
+    )
+
+
+def test_builder_validating_without_paging_facts_fails_family_a(pytester, monkeypatch):
+    real = common.validate
+
+    def without_paging(cam, **kwargs) -> None:
+        """BROKEN: the builder's call before issue 18, with no block size or count."""
+        real(cam, decode_threshold=kwargs["decode_threshold"])
+
+    monkeypatch.setattr(common, "validate", without_paging)
+    family_a_fails(
+        pytester,
+        "rejects_malformed_record",
+        "FAILED *[[]table-too-narrow[]]*",
+        "FAILED *[[]write-into-another-requests-prefix[]]*",
+        at_least=10,
+    )
+
+
+def test_builder_refusing_shared_prefix_blocks_fails_family_a(pytester, monkeypatch):
+    def no_sharing_at_all(live, writes) -> None:
+        """BROKEN: a block live in two requests is refused even when both only read it."""
+        blocks = torch.cat(live) if live else torch.empty(0)
+        if blocks.unique().numel() != blocks.numel():
+            raise MetadataError("block_table_tensor", "no block in two requests", "a shared one")
+
+    monkeypatch.setattr(paging, "_check_ownership", no_sharing_at_all)
+    family_a_fails(pytester, "accepts_valid_edge_case", "FAILED *[[]shared-read-only-prefix[]]*")

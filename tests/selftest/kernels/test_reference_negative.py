@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+import runpy
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,59 +25,14 @@ from conformance.numerics.compare import assert_close, compare
 from conformance.numerics.fp8 import quantize_per_tensor
 from conformance.numerics.tolerances import tolerance_for
 from conformance.persistent.plan import WorkPlan
-from kernels.paged import block_table_to_csr, gather_request_kv
-from kernels.plan_exec import PlanOutput, execute_plan, reduce_partials
-from kernels.reference import attend_rows, mla_decode_reference
+from kernels.paged import gather_request_kv
+from kernels.plan_exec import reduce_partials
+from kernels.reference import attend_rows
 
-D, DV = 576, 512
-SM_SCALE = 1.0 / math.sqrt(D)
+# Shared inputs of this folder's reference tests (refcase.py is a helper, not a test module).
+_REF = runpy.run_path(str(Path(__file__).with_name("refcase.py")))
+Case, D, DV, SM_SCALE = (_REF[name] for name in ("RefBatch", "D", "DV", "SM_SCALE"))
 BF16_TOL = tolerance_for(torch.bfloat16, torch.bfloat16, "fp32-reference")
-
-
-@dataclass
-class Case:
-    """Inputs of one decode batch (CAM form) plus its scales."""
-
-    q: torch.Tensor
-    cache: torch.Tensor
-    query_start_loc: torch.Tensor
-    seq_lens: torch.Tensor
-    block_table: torch.Tensor
-    q_scale: float = 1.0
-    kv_scale: float = 1.0
-
-    @property
-    def page_size(self) -> int:
-        return self.cache.shape[1]
-
-    def reference(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return mla_decode_reference(
-            self.q,
-            self.cache,
-            query_start_loc=self.query_start_loc,
-            seq_lens=self.seq_lens,
-            block_table=self.block_table,
-            sm_scale=SM_SCALE,
-            q_scale=self.q_scale,
-            kv_scale=self.kv_scale,
-        )
-
-    def run(self, plan: WorkPlan) -> PlanOutput:
-        kv_indptr, kv_indices, last = block_table_to_csr(
-            self.block_table, self.seq_lens, self.page_size
-        )
-        return execute_plan(
-            plan,
-            self.q,
-            self.cache,
-            kv_indptr=kv_indptr,
-            kv_indices=kv_indices,
-            kv_last_page_lens=last,
-            page_size=self.page_size,
-            sm_scale=SM_SCALE,
-            q_scale=self.q_scale,
-            kv_scale=self.kv_scale,
-        )
 
 
 def short_tail_case() -> tuple[Case, WorkPlan]:
@@ -295,15 +252,7 @@ def test_decode_reading_slack_slots_is_caught() -> None:
 def test_decode_without_causal_mask_is_caught() -> None:
     case = mtp_case()
     ref_out, _ = case.reference()
-    no_mask, _ = mla_decode_reference(
-        case.q,
-        case.cache,
-        query_start_loc=case.query_start_loc,
-        seq_lens=case.seq_lens,
-        block_table=case.block_table,
-        sm_scale=SM_SCALE,
-        causal=False,
-    )
+    no_mask, _ = case.reference(causal=False)
     with pytest.raises(AssertionError, match="out: MISMATCH"):
         assert_close(
             no_mask.to(torch.bfloat16), ref_out, tol=BF16_TOL, name="out", dtype=torch.bfloat16

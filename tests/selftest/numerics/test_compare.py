@@ -18,7 +18,7 @@ from conformance.numerics.tolerances import (
 )
 
 TOL = Tolerance(atol=1e-3, rtol=1e-2, cos_diff=1e-5)
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "tolerances.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "tolerances.md"
 
 
 def expected_tensor() -> torch.Tensor:

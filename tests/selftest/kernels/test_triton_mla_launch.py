@@ -1,4 +1,4 @@
-"""Self-tests of the Triton decode's head-group launches (kernels/triton_mla.py).
+"""Self-tests of the Triton decode's head-group launches (kernels/triton_mla/).
 
 Two launch options read the KV of one range with several programs side by side: a folded
 plan with ``SPLIT_GROUPS`` (program g takes the works of head group g), and an unfolded plan
@@ -10,7 +10,6 @@ On a machine without CUDA the kernels run on the Triton interpreter (tiny shapes
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 
@@ -26,8 +25,8 @@ pytest.importorskip("triton", reason="triton is not installed; the Triton MLA ke
 import kernels.triton_mla as tm  # noqa: E402
 from conformance.persistent import plan_persistent_decode  # noqa: E402
 
-if not ON_GPU and type(tm._persistent_mla_decode_kernel).__name__ != "InterpretedFunction":
-    tm = importlib.reload(tm)  # imported earlier without the interpreter: decorate again
+if not ON_GPU and not tm.interpreted():
+    tm = tm.reload_kernels()  # imported earlier without the interpreter: decorate again
 
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 PAGE = 16

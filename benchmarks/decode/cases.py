@@ -1,0 +1,115 @@
+"""The benchmark's grid of decode cases and the tile configurations ``--tune`` tries.
+
+DeepSeek-R1 dims (576-wide cache rows, 512 latent), page 64. `quick_grid` is the case table of
+the side-by-side comparison with FlashInfer (q_len 1) plus one MTP case; `full_grid` sweeps
+heads {16, 128} × KV {bf16, fp8} × batch {1, 32, 128} × context {1k, 4k, 16k, 64k} × q_len
+{1, 2}, plus 128 heads at 8k.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+PAGE_SIZE = 64
+SM_SCALE = 1.0 / math.sqrt(576)
+Q_SCALE_FP8 = 0.25
+KV_SCALE_FP8 = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One grid point."""
+
+    heads: int
+    kv_format: str  # "bf16" or "fp8" (fp8: e4m3 q and KV)
+    batch: int
+    context: int
+    q_len: int
+
+    @property
+    def name(self) -> str:
+        """Short id, e.g. ``h16-bf16-b128-L4096-s1``."""
+        return f"h{self.heads}-{self.kv_format}-b{self.batch}-L{self.context}-s{self.q_len}"
+
+
+def full_grid() -> list[Case]:
+    """The whole sweep plus 128 heads, B=128 at 8k."""
+    cases = [
+        Case(h, kv, b, L, s)
+        for h, kv, b, L, s in itertools.product(
+            (16, 128), ("bf16", "fp8"), (1, 32, 128), (1024, 4096, 16384, 65536), (1, 2)
+        )
+    ]
+    cases += [Case(128, kv, 128, 8192, s) for kv in ("bf16", "fp8") for s in (1, 2)]
+    return sorted(cases, key=lambda c: (c.heads, c.kv_format, c.q_len, c.batch, c.context))
+
+
+# (heads, KV format, batch, context): the side-by-side table, every row at q_len 1.
+PEER_TABLE = (
+    (16, "bf16", 128, 4096),
+    (16, "bf16", 128, 16384),
+    (16, "fp8", 128, 4096),
+    (16, "fp8", 128, 16384),
+    (128, "bf16", 128, 8192),
+    (128, "fp8", 128, 8192),
+    (128, "bf16", 32, 4096),
+    (16, "bf16", 32, 65536),
+    (128, "bf16", 1, 16384),
+    (16, "bf16", 1, 4096),
+)
+
+
+def quick_grid() -> list[Case]:
+    """The side-by-side table (`PEER_TABLE`) and one MTP case (128 heads, q_len 2)."""
+    return [Case(h, kv, b, L, 1) for h, kv, b, L in PEER_TABLE] + [Case(128, "bf16", 32, 4096, 2)]
+
+
+# Tile configurations tried by --tune, keyed like kernels.triton_mla.DECODE_CONFIGS
+# (rows per program, KV format); each is timed on the shapes of TUNE_SHAPES. Launch keys:
+# SPLIT_GROUPS (a folded plan's head groups on programs side by side), PLAN_HEADS (the
+# benchmark plans for that many heads and the kernel runs the plan once per head group).
+_N64 = {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+_N64_2 = _N64 | {"num_stages": 2}
+_PREFETCH = {"REG_PREFETCH": 1}
+TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
+    (16, "bf16"): [_N64, {"BLOCK_N": 32, "num_warps": 4, "num_stages": 4}],
+    (16, "fp8"): [
+        _N64,
+        _N64 | _PREFETCH,
+        _N64 | _PREFETCH | {"BLOCK_N": 32},
+        _N64 | _PREFETCH | {"F16_TILE": 1},
+    ],
+    (32, "bf16"): [_N64, _N64 | {"BLOCK_N": 32, "num_stages": 4}],
+    (32, "fp8"): [_N64, _N64 | _PREFETCH, _N64 | {"BLOCK_N": 32}],
+    (64, "bf16"): [_N64_2, _N64_2 | {"PLAN_HEADS": 64}],
+    (64, "fp8"): [_N64, _N64 | {"PLAN_HEADS": 64}, _N64_2 | {"PLAN_HEADS": 64}],
+}
+# Launch options the harness applies itself (PLAN_HEADS), per config key, set by --tune.
+LAUNCH_OPTIONS: dict[tuple[int, str], dict[str, int]] = {}
+
+TUNE_SHAPES: dict[tuple[int, str], list[Case]] = {
+    (16, "bf16"): [Case(16, "bf16", 128, 4096, 1), Case(16, "bf16", 128, 16384, 1)],
+    (16, "fp8"): [Case(16, "fp8", 128, 4096, 1), Case(16, "fp8", 128, 16384, 1)],
+    (32, "bf16"): [Case(16, "bf16", 128, 16384, 2)],
+    (32, "fp8"): [Case(16, "fp8", 128, 16384, 2)],
+    (64, "bf16"): [Case(128, "bf16", 128, 8192, 1)],
+    (64, "fp8"): [Case(128, "fp8", 128, 8192, 1)],
+}
+# Timing probes at 128 heads (ABLATE: 1 = no PV dot, 2 = no QK dot): where the time goes.
+ABLATION_SHAPES = [Case(128, "bf16", 128, 8192, 1), Case(128, "fp8", 128, 8192, 1)]
+
+
+def config_key(case: Case) -> tuple[int, str]:
+    """The DECODE_CONFIGS key of a case: (rows per program, KV format)."""
+    rows = case.q_len * min(case.heads, 64)
+    return max(16, min(64, 1 << (rows - 1).bit_length())), case.kv_format
+
+
+def split_launch(cfg: dict[str, int] | None) -> tuple[dict[str, int] | None, int | None]:
+    """(kernel config, heads to plan for) of a candidate that may carry PLAN_HEADS."""
+    if not cfg:
+        return cfg, None
+    kernel_cfg = {k: v for k, v in cfg.items() if k != "PLAN_HEADS"}
+    return kernel_cfg, cfg.get("PLAN_HEADS")

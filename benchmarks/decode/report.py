@@ -1,0 +1,210 @@
+"""The results files: ``<date>-<gpu>.json`` (everything measured) and ``.md`` (the tables).
+
+The markdown gives, per case, the roofline floor, each implementation's median time with its
+share of the floor, and ours ÷ peer (below 1.00 ours is faster; above, bold); then the
+details (rates, plan, errors). Both files also hold the environment, the ceilings measured in
+the run and the peers' status.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNEL_DIR = ROOT / "kernels" / "triton_mla"
+# (record key, column title), in table order; ours is "triton".
+COLUMNS = (
+    ("flashinfer_fa3", "FlashInfer fa3"),
+    ("flashinfer_fa2", "FlashInfer fa2"),
+    ("baseline", "baseline"),
+    ("sdpa", "SDPA"),
+)
+
+
+def fmt_us(entry: dict[str, Any]) -> str:
+    """A console summary of one timed entry."""
+    if "us" in entry:
+        text = f"{entry['us']:.1f} µs (err {entry.get('max_abs_err', float('nan')):.1e})"
+        return text + (f" WRONG: {entry['wrong']}" if "wrong" in entry else "")
+    return entry.get("error", entry.get("skipped", "?"))
+
+
+def pct(value: float | None) -> str:
+    """A fraction as a percentage, ``–`` when absent."""
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def kernel_digest() -> str:
+    """sha256 (16 hex digits) of the Triton kernel package's sources, in name order."""
+    digest = hashlib.sha256()
+    for path in sorted(KERNEL_DIR.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+NVIDIA_SMI = [
+    "nvidia-smi",
+    "--query-gpu=driver_version,clocks.max.sm,clocks.max.mem",
+    "--format=csv,noheader",
+]
+
+
+def _command(args: list[str]) -> str:
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return "unavailable"
+    return done.stdout.strip() or "unavailable"
+
+
+def environment() -> dict[str, Any]:
+    """Versions and device facts for the results file."""
+    import torch
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": torch.cuda.get_device_name(0),
+        "sms": props.multi_processor_count,
+        "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "nvidia_smi": _command(NVIDIA_SMI),
+        "kernel_sha256": kernel_digest(),
+        "git_head": _command(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
+    }
+
+
+def _time_cell(entry: dict[str, Any]) -> str:
+    if "us" not in entry:
+        return "skipped" if "skipped" in entry else "–"
+    cell = f"{entry['us']:.1f} ({pct(entry.get('fraction_of_floor'))})"
+    return cell + (" WRONG" if "wrong" in entry else "")
+
+
+def _ratio_cell(record: dict[str, Any], key: str) -> str:
+    ratio = record.get(f"ours_over_{key}")
+    if ratio is not None:
+        return f"**{ratio:.2f}**" if ratio > 1.0 else f"{ratio:.2f}"
+    wrong = "wrong" in record.get("triton", {}) or "wrong" in record.get(key, {})
+    return "WRONG" if wrong else "–"
+
+
+def comparison_table(records: Sequence[dict[str, Any]]) -> str:
+    """Floor, ours and every peer (µs and % of the floor), ours ÷ peer."""
+    head = "| case | floor µs (bound) | ours µs (% of floor) |"
+    head += "".join(f" {title} µs (%) | ours ÷ {title} |" for _, title in COLUMNS)
+    lines = [head, "|---" * (3 + 2 * len(COLUMNS)) + "|"]
+    for r in records:
+        if "skipped" in r:
+            lines.append(
+                f"| {r['case']} | skipped: {r['skipped']} |" + " |" * (1 + 2 * len(COLUMNS))
+            )
+            continue
+        f = r["floor"]
+        cells = [r["case"], f"{f['us']:.1f} ({f['bound']})", _time_cell(r.get("triton", {}))]
+        for key, _ in COLUMNS:
+            cells += [_time_cell(r.get(key, {})), _ratio_cell(r, key)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _err(entry: dict[str, Any], key: str) -> str:
+    return f"{entry[key]:.1e}" if key in entry else "–"
+
+
+def details_table(records: Sequence[dict[str, Any]]) -> str:
+    """Ours' rates and plan, the peers' facts, every output's error."""
+    names = ("triton", *(k for k, _ in COLUMNS))
+    lines = [
+        "| case | ours TFLOP/s | ours GB/s | plan ms (works/partials) | baseline splits | "
+        "SDPA backend | max err vs fp32: ours / fa3 / fa2 / baseline / SDPA | max diff vs ours: "
+        "fa3 / fa2 / baseline / SDPA |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        if "skipped" in r:
+            continue
+        t, plan = r.get("triton", {}), r.get("plan", {})
+        lines.append(
+            f"| {r['case']} | {t.get('tflops', 0):.0f} | {t.get('gbps', 0):.0f} | "
+            f"{plan.get('ms', float('nan')):.1f} ({plan.get('num_works', '–')}/"
+            f"{plan.get('num_partials', '–')}) | {r.get('baseline', {}).get('num_splits', '–')} | "
+            f"{r.get('sdpa', {}).get('backend', '–')} | "
+            + " / ".join(_err(r.get(n, {}), "max_abs_err") for n in names)
+            + " | "
+            + " / ".join(_err(r.get(k, {}), "max_diff_vs_ours") for k, _ in COLUMNS)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def problems(records: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per implementation that was wrong or skipped on a case."""
+    found = []
+    for r in records:
+        for key in ("triton", "triton_folded_plan", *(k for k, _ in COLUMNS)):
+            entry = r.get(key, {})
+            for what in ("wrong", "skipped"):
+                if what in entry:
+                    found.append(f"{r['case']}: {key} {what}: {entry[what]}")
+    return found
+
+
+def markdown(payload: dict[str, Any]) -> str:
+    """The whole markdown results file."""
+    c, env = payload["ceilings"], payload["environment"]
+    fi = payload.get("flashinfer", {})
+    peers = (
+        f"FlashInfer {fi['version']} (`BatchMLAPagedAttentionWrapper`, backends fa3 and fa2; "
+        f"JIT warm-up: {fi.get('warm_up', {})})"
+        if fi.get("available")
+        else f"FlashInfer not timed: {fi.get('reason', 'not requested')}"
+    )
+    lines = [
+        f"# MLA decode benchmark, {env['gpu']}, {payload['date']}",
+        "",
+        f"Command: `{payload['command']}`",
+        "",
+        "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()),
+        "",
+        f"Ceilings measured in this run: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s "
+        f"(bytes read + written), bf16 matmul {c['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s, "
+        f"ridge {c['ridge_flops_per_byte']:.0f} FLOP/B.",
+        "",
+        f"Timing: {payload['timing']}. Peers: {peers}.",
+        "",
+        "Decode configs used: "
+        + ", ".join(f"{k}: {v}" for k, v in payload.get("decode_configs", {}).items()),
+        "",
+        "ours ÷ peer below 1.00: ours is faster (bold: slower). % of floor: the roofline floor "
+        "÷ the time. WRONG: the output failed its check, so no ratio (reason below).",
+        "",
+        comparison_table(payload["cases"]),
+        "",
+        details_table(payload["cases"]),
+        "",
+    ]
+    issues = problems(payload["cases"])
+    if issues:
+        lines += ["Wrong or skipped:", "", *(f"- {line}" for line in issues), ""]
+    return "\n".join(lines)
+
+
+def write_reports(out_dir: Path, payload: dict[str, Any]) -> tuple[Path, Path]:
+    """``<date>-<gpu>.json`` and ``.md`` under `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gpu = payload["environment"]["gpu"].lower().replace("nvidia", "").strip().split()[0]
+    stem = f"{payload['date']}-{gpu}"
+    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+    json_path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    md_path.write_text(markdown(payload))
+    return json_path, md_path

@@ -1,0 +1,96 @@
+"""Dimensions, tile configurations and their selection, and the kernels' test-hook faults.
+
+Host-side only (no Triton kernels here): `select_decode_config` picks the decode tile
+configuration from `DECODE_CONFIGS` by (rows per program, KV kind); `REDUCE_CONFIGS` holds the
+reduce's. Both tables can be tuned (``python -m benchmarks.bench_decode --tune``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from conformance.persistent.plan import WorkPlan
+
+LATENT_DIM = 512  # kv_lora_rank: the V width and the "nope" part of the key
+ROPE_DIM = 64  # qk_rope_head_dim
+CACHE_DIM = LATENT_DIM + ROPE_DIM  # 576
+LOG2E = 1.4426950408889634
+
+
+# Test hooks: deliberately broken kernel variants used only by the negative controls in
+# tests/selftest/kernels/test_triton_mla.py. Never pass `_fault` in production code.
+FAULTS: dict[str | None, int] = {
+    None: 0,
+    "read_past_end": 1,  # decode reads whole pages up to kv_end, ignoring the last-page length
+    "drop_kv_scale": 2,  # decode ignores kv_scale (in the scores and on the output)
+    "skip_partial": 3,  # reduce skips the first partial of every group
+    "skip_head_group": 4,  # head-group launches: the programs of group 1 skip every work
+}
+
+# Decode tile configurations keyed by (BLOCK_M, kv kind). BLOCK_M is the number of packed
+# (q token × head) rows per program iteration. Tuned on an H200 (Triton 3.6, torch 2.11) by
+# `python -m benchmarks.bench_decode --tune` (results: benchmarks/results/). Measured there:
+# 8 warps beat 4 everywhere (4 warps spill the 255-register budget); BLOCK_N 64 beats 32
+# (the page size: one page lookup per tile); 3 stages (2 KV buffers: the page id is read a
+# tile ahead) where shared memory allows, 2 at 64 rows (Q alone takes 72 KiB). Optional
+# keys: SPLIT_GROUPS (folded plans: head groups on programs side by side), QK_FP8, V_F16,
+# F16_TILE, REG_PREFETCH (fp8 code paths, see `persistent_mla_decode`).
+DECODE_CONFIGS: dict[tuple[int, str], dict[str, int]] = {
+    (16, "bf16"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
+    (32, "bf16"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
+    (64, "bf16"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 2},
+    (16, "fp8"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
+    (32, "fp8"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
+    (64, "fp8"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
+}
+
+# Reduce configurations: partials merged per step (BLOCK_K) and heads per program (BLOCK_H).
+# On a GPU one head per program and 16 partials per step (a 32 KiB load); under the
+# interpreter, whose cost is per program and per op, 16 heads per program.
+REDUCE_CONFIGS: dict[str, dict[str, int]] = {
+    "gpu": {"BLOCK_K": 16, "BLOCK_H": 1, "num_warps": 4},
+    "interpreter": {"BLOCK_K": 4, "BLOCK_H": 16, "num_warps": 4},
+}
+
+
+MAX_BLOCK_M = 64  # 64 × 512 fp32 accumulator rows is the register budget (perf_anchors §7.2)
+MMA_V3_MIN_ROWS = 64  # fewer rows per program compile to mma.sync (no fp8 operands) on sm_90
+MIN_BLOCK_M = 16  # tl.dot needs M ≥ 16
+
+FP8_DTYPES = tuple(
+    getattr(torch, name)
+    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2")
+    if hasattr(torch, name)
+)
+
+
+def kv_kind(dtype: torch.dtype) -> str:
+    """``"fp8"`` for an 8-bit float dtype, else ``"bf16"`` (the DECODE_CONFIGS key)."""
+    return "fp8" if dtype in FP8_DTYPES else "bf16"
+
+
+def select_block_m(plan: WorkPlan) -> int:
+    """Packed rows per program iteration: next power of two of the largest tile, in [16, 64]."""
+    rows = max(1, plan.max_seqlen_qo * plan.heads_per_work)
+    return max(MIN_BLOCK_M, min(MAX_BLOCK_M, triton.next_power_of_2(rows)))
+
+
+def select_decode_config(plan: WorkPlan, kv_dtype: torch.dtype) -> dict[str, int]:
+    """The decode tile configuration (BLOCK_M, BLOCK_N, num_warps, num_stages) for a case."""
+    block_m = select_block_m(plan)
+    return {"BLOCK_M": block_m, **DECODE_CONFIGS[(block_m, kv_kind(kv_dtype))]}
+
+
+def plan_on(plan: WorkPlan, device: torch.device) -> WorkPlan:
+    """`plan` with its tensors on `device` (the same object when they already are)."""
+    if plan.work_indptr.device == device:
+        return plan
+    return plan.to(device)
+
+
+def check_fault(fault: str | None) -> int:
+    """The FAULT constexpr of a `_fault` test-hook name (see `FAULTS`)."""
+    if fault not in FAULTS:
+        raise ValueError(f"_fault must be one of {sorted(k for k in FAULTS if k)}, got {fault!r}")
+    return FAULTS[fault]

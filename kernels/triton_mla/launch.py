@@ -1,0 +1,261 @@
+"""Host side of the decode: checks the inputs, picks the launch, runs decode then reduce.
+
+Launch modes (`persistent_mla_decode`): one program per plan slice; or, to read each KV range
+with several programs side by side (the second read mostly hits L2), a grid of (head groups ×
+slices) — for a folded plan with ``SPLIT_GROUPS``, or for an unfolded plan made for a divisor
+of the head count, run once per head group. A config whose ``num_stages`` runs out of shared
+memory is retried with one stage fewer (remembered per config).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+import triton.language as tl
+from triton.runtime.errors import OutOfResources
+
+from conformance.persistent.plan import WorkPlan
+from kernels.triton_mla import decode_kernel
+from kernels.triton_mla.config import (
+    CACHE_DIM,
+    FP8_DTYPES,
+    LATENT_DIM,
+    LOG2E,
+    MMA_V3_MIN_ROWS,
+    ROPE_DIM,
+    check_fault,
+    plan_on,
+    select_decode_config,
+)
+from kernels.triton_mla.reduce import mla_reduce
+from kernels.triton_mla.tile import interpreted
+
+# num_stages that compiled, for configs whose requested depth ran out of shared memory.
+_STAGE_LIMITS: dict[tuple[object, ...], int] = {}
+
+
+def _scale_args(
+    value: float | torch.Tensor, device: torch.device, name: str
+) -> tuple[torch.Tensor | None, float]:
+    """A per-tensor scale as (device tensor or None, host value).
+
+    A Python float travels as a kernel argument (no device allocation, no extra launch); a
+    one-element tensor is read on the device, without a host sync.
+    """
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name} must be a per-tensor scale (1 element), got {value.shape}")
+        return value.reshape(1).to(device=device, dtype=torch.float32), 1.0
+    return None, float(value)
+
+
+def _index_tensor(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return t.to(device=device, dtype=torch.int32).contiguous()
+
+
+def persistent_mla_decode(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    plan: WorkPlan,
+    *,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    kv_last_page_lens: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    page_size: int,
+    sm_scale: float,
+    q_scale: float | torch.Tensor = 1.0,
+    kv_scale: float | torch.Tensor = 1.0,
+    causal: bool = True,
+    out: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
+    fp8_p: bool | None = None,
+    config: dict[str, int] | None = None,
+    _fault: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the persistent MLA decode kernel over `plan`, then the reduce; return (out, lse).
+
+    q ``[tokens, H, 576]`` bf16 (or fp8 e4m3 with `q_scale`); kv_cache
+    ``[num_blocks, page_size, 576]`` (a ``[num_blocks, page_size, 1, 576]`` view is accepted)
+    bf16 or fp8 with `kv_scale`; output ``[tokens, H, 512]`` bf16 and LSE ``[tokens, H]`` fp32
+    (natural log). ``H`` must equal ``plan.heads_per_work * plan.fold_ratio``, or be a multiple
+    of ``plan.heads_per_work`` for an unfolded plan (``fold_ratio == 1``): the plan then runs
+    once per group of ``heads_per_work`` heads, the groups' programs side by side. Scales are
+    Python floats (kernel arguments) or one-element tensors (read on the device, no host
+    sync). `fp8_p`: whether P is rounded to e4m3 before ``P @ V`` (the normaliser ΣP stays
+    unrounded); None follows AITER (round iff q is fp8), as `kernels.plan_exec` does;
+    otherwise P is rounded to bf16.
+    `config` overrides the selected tile configuration (keys BLOCK_M, BLOCK_N, num_warps,
+    num_stages) and takes launch options: SPLIT_GROUPS (a folded plan's head groups on
+    programs side by side), QK_FP8 / V_F16 (fp8 tensor-core paths, default on), F16_TILE /
+    REG_PREFETCH (fp8 variants for fewer than 64 rows, default off), ABLATE (timing probes
+    only: 1 drops the PV dot, 2 the QK dot; the results are wrong).
+    `_fault` is a test hook that selects a deliberately broken kernel (see `FAULTS`).
+    """
+    fault = check_fault(_fault)
+    device = q.device
+    if q.dim() != 3 or q.shape[-1] != CACHE_DIM:
+        raise ValueError(f"q must be [tokens, H, {CACHE_DIM}], got {tuple(q.shape)}")
+    if kv_cache.dim() == 4 and kv_cache.shape[2] == 1:
+        kv_cache = kv_cache.squeeze(2)
+    if kv_cache.dim() != 3 or kv_cache.shape[1:] != (page_size, CACHE_DIM):
+        raise ValueError(
+            f"kv_cache must be [num_blocks, page_size={page_size}, {CACHE_DIM}], "
+            f"got {tuple(kv_cache.shape)}"
+        )
+    if kv_cache.stride(-1) != 1 or q.stride(-1) != 1:
+        raise ValueError("q and kv_cache must be contiguous in their last dimension")
+    if page_size < 1 or page_size & (page_size - 1):
+        raise ValueError(f"page_size must be a power of two, got {page_size}")
+    num_tokens, num_heads, _ = q.shape
+    hpw = plan.heads_per_work
+    if num_heads == hpw * plan.fold_ratio:
+        head_groups = 1  # the plan covers every head
+    elif plan.fold_ratio == 1 and num_heads % hpw == 0:
+        head_groups = num_heads // hpw  # one plan, run once per group of hpw heads
+    else:
+        raise ValueError(
+            f"q has {num_heads} heads but the plan has heads_per_work={hpw} × "
+            f"fold_ratio={plan.fold_ratio} (nor is it an unfolded plan for a divisor of "
+            f"{num_heads} heads)"
+        )
+    round_p = q.dtype in FP8_DTYPES if fp8_p is None else bool(fp8_p)
+    plan = plan_on(plan, device)
+    if out is None:
+        out = torch.empty(num_tokens, num_heads, LATENT_DIM, dtype=torch.bfloat16, device=device)
+    if lse is None:
+        lse = torch.empty(num_tokens, num_heads, dtype=torch.float32, device=device)
+    if out.shape != (num_tokens, num_heads, LATENT_DIM) or out.stride(-1) != 1:
+        raise ValueError(f"out must be [{num_tokens}, {num_heads}, {LATENT_DIM}], got {out.shape}")
+    if lse.shape != (num_tokens, num_heads):
+        raise ValueError(f"lse must be [{num_tokens}, {num_heads}], got {tuple(lse.shape)}")
+
+    seq_q = max(1, plan.max_seqlen_qo)
+    partial_rows = plan.reduce_partial_map.numel() * seq_q
+    part_heads = hpw * head_groups
+    partial_o = torch.empty(
+        partial_rows, part_heads, LATENT_DIM, dtype=torch.float32, device=device
+    )
+    partial_lse = torch.empty(partial_rows, part_heads, dtype=torch.float32, device=device)
+
+    cfg = dict(select_decode_config(plan, kv_cache.dtype))
+    if config:
+        cfg.update(config)
+    split_groups = bool(cfg.pop("SPLIT_GROUPS", False)) and plan.fold_ratio > 1
+    if head_groups > 1:
+        group_mode, groups = 2, head_groups
+    elif split_groups:
+        group_mode, groups = 1, plan.fold_ratio
+    else:
+        group_mode, groups = 0, 1
+    q_scale_t, q_scale_v = _scale_args(q_scale, device, "q_scale")
+    kv_scale_t, kv_scale_v = _scale_args(kv_scale, device, "kv_scale")
+    scales_in_memory = q_scale_t is not None or kv_scale_t is not None
+    if scales_in_memory:  # both read on the device
+        ones = torch.ones(1, dtype=torch.float32, device=device)
+        q_scale_t = ones if q_scale_t is None else q_scale_t * 1.0
+        kv_scale_t = ones if kv_scale_t is None else kv_scale_t * 1.0
+        q_scale_t = q_scale_t * q_scale_v
+        kv_scale_t = kv_scale_t * kv_scale_v
+    # e4m3 q and e4m3 KV: QK runs on fp8 tensor cores, no conversion (exact either way).
+    e4m3 = getattr(torch, "float8_e4m3fn", None)
+    qk_fp8 = bool(
+        cfg.pop("QK_FP8", True) and not interpreted() and q.dtype == kv_cache.dtype == e4m3
+    )
+    # e4m3 KV with P rounded to e4m3: V and P are exact in fp16, so PV runs on fp16 MMAs.
+    v_f16 = bool(
+        cfg.pop("V_F16", True) and not interpreted() and round_p and kv_cache.dtype == e4m3
+    )
+    # Fewer than 64 rows (mma.sync, no fp8 operands): e4m3 q and tile to fp16 once (off by
+    # default: Triton then loads the tile synchronously, and it lost on the H200).
+    f16_tile = bool(
+        cfg.pop("F16_TILE", False) and qk_fp8 and round_p and cfg["BLOCK_M"] < MMA_V3_MIN_ROWS
+    )
+    if f16_tile:
+        qk_fp8 = False
+    # Tiles converted before their dots are not pipelined by Triton: they can be prefetched
+    # by hand (off by default: it lost on the H200, see DECODE_CONFIGS).
+    reg_prefetch = bool(cfg.pop("REG_PREFETCH", False))
+
+    def launch(cfg: dict[str, int]) -> None:
+        grid = (num_programs,) if group_mode == 0 else (groups, num_programs)
+        decode_kernel._persistent_mla_decode_kernel[grid](
+            q,
+            kv_cache,
+            out,
+            lse,
+            partial_o,
+            partial_lse,
+            plan.work_indptr,
+            plan.work_info_set.contiguous(),
+            _index_tensor(kv_indptr, device),
+            _index_tensor(kv_indices, device),
+            _index_tensor(kv_last_page_lens, device),
+            _index_tensor(qo_indptr, device),
+            q_scale_t if q_scale_t is not None else plan.work_indptr,
+            kv_scale_t if kv_scale_t is not None else plan.work_indptr,
+            q_scale_v,
+            kv_scale_v,
+            float(sm_scale) * LOG2E,
+            q.stride(0),
+            q.stride(1),
+            kv_cache.stride(0),
+            kv_cache.stride(1),
+            out.stride(0),
+            out.stride(1),
+            lse.stride(0),
+            lse.stride(1),
+            partial_o.stride(0),
+            partial_o.stride(1),
+            partial_lse.stride(0),
+            partial_lse.stride(1),
+            hpw,
+            plan.fold_ratio,
+            seq_q,
+            PAGE_SIZE=page_size,
+            CAUSAL=bool(causal),
+            BLOCK_M=cfg["BLOCK_M"],
+            BLOCK_N=cfg["BLOCK_N"],
+            D_V=LATENT_DIM,
+            D_R=ROPE_DIM,
+            DOT_T=tl.float32 if interpreted() else tl.bfloat16,
+            QK_FP8=qk_fp8,
+            P_FP8=round_p,
+            V_F16=v_f16,
+            F16_TILE=f16_tile,
+            REG_PREFETCH=reg_prefetch,
+            SCALES_IN_MEMORY=scales_in_memory,
+            GROUP_MODE=group_mode,
+            ABLATE=cfg.get("ABLATE", 0),
+            FAULT=fault,
+            num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
+        )
+
+    num_programs = plan.work_indptr.numel() - 1
+    if num_programs > 0 and plan.num_works > 0:
+        key = (*sorted(cfg.items()), q.dtype, kv_cache.dtype, page_size, round_p)
+        cfg["num_stages"] = min(cfg["num_stages"], _STAGE_LIMITS.get(key, cfg["num_stages"]))
+        while True:
+            try:
+                launch(cfg)
+                break
+            except OutOfResources:
+                if cfg["num_stages"] <= 1:
+                    raise
+                warnings.warn(
+                    f"persistent_mla_decode: config {cfg} needs too much shared memory; "
+                    f"using num_stages={cfg['num_stages'] - 1}",
+                    stacklevel=2,
+                )
+                cfg = {**cfg, "num_stages": cfg["num_stages"] - 1}
+                _STAGE_LIMITS[key] = cfg["num_stages"]
+    mla_reduce(partial_o, partial_lse, plan, out, lse, _fault=_fault)
+    return out, lse
+
+
+def default_sm_scale() -> float:
+    """DeepSeek's absorbed-MLA softmax scale, 1/sqrt(576)."""
+    return 1.0 / math.sqrt(CACHE_DIM)
