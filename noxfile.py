@@ -42,8 +42,19 @@ CPU, GPU, TESTS, LINT = (f"requirements/{name}.txt" for name in ("cpu", "gpu", "
 GPU_SESSION = {"venv_params": ["--system-site-packages"]}
 
 
+def _has_venv(session: nox.Session) -> bool:
+    return session.venv_backend not in ("none", None)
+
+
 def _install(session: nox.Session, requirements: str) -> None:
-    """Install a requirement set, with progress; uv gets pip's configured wheel sources."""
+    """Install a requirement set, with progress; uv gets pip's configured wheel sources.
+
+    Under ``nox --no-venv`` nothing is installed: the interpreter's packages are used as they
+    are (an offline GPU machine, say).
+    """
+    if not _has_venv(session):
+        session.log(f"no virtualenv (--no-venv): {requirements} is not installed")
+        return
     env = {}
     if session.venv_backend == "uv":
         env = installer.uv_environment(installer.pip_settings(), os.environ)
@@ -51,7 +62,7 @@ def _install(session: nox.Session, requirements: str) -> None:
 
 
 def _python(session: nox.Session) -> str:
-    return str(Path(session.bin) / "python")
+    return str(Path(session.bin) / "python") if _has_venv(session) else sys.executable
 
 
 def _has_torch(session: nox.Session) -> bool:
@@ -69,7 +80,7 @@ def _reach_interpreter_site(session: nox.Session) -> None:
     ``--system-site-packages`` reaches the base interpreter's packages only; a vendor torch
     installed in the virtualenv running nox is reached through a ``.pth`` file.
     """
-    if sys.prefix == sys.base_prefix:
+    if sys.prefix == sys.base_prefix or not _has_venv(session):
         return
     probe = [_python(session), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
     purelib = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
@@ -124,7 +135,7 @@ def _conformance(session: nox.Session, backend: str, junit: str, **env: str) -> 
     paths = [] if sessions.has_test_paths(session.posargs, ROOT) else ["tests/conformance"]
     started = time.time() - 1
     session.run(
-        "python", "-m", "pytest", *paths,
+        _python(session), "-m", "pytest", *paths,
         f"--backend={backend}",
         f"--junitxml={path.as_posix()}",  # relative: no machine path in the sidecar
         "-o", f"junit_suite_name=mla-{backend}",
@@ -181,7 +192,7 @@ def tests(session: nox.Session) -> None:
         _checked(session, backend)
     _install(session, TESTS)
     session.run(
-        "python", "-m", "pytest", "tests/selftest", "-p", "no:cacheprovider",
+        _python(session), "-m", "pytest", "tests/selftest", "-p", "no:cacheprovider",
         *sessions.worker_args("cpu", session.posargs, 1), *session.posargs,
         env={"OMP_NUM_THREADS": "1"},
     )  # fmt: skip
@@ -194,8 +205,9 @@ def durations(session: nox.Session) -> None:
     """Refresh the committed .test_durations that balance the shards (pytest-split)."""
     _install(session, CPU)
     session.run(
-        "python", "-m", "pytest", "tests/conformance", "--backend=cpu", "-p", "no:cacheprovider",
-        "--store-durations", f"--durations-path={DURATIONS_FILE}", *session.posargs,
+        _python(session), "-m", "pytest", "tests/conformance", "--backend=cpu",
+        "-p", "no:cacheprovider", "--store-durations", f"--durations-path={DURATIONS_FILE}",
+        *session.posargs,
         env={"OMP_NUM_THREADS": "1"},
     )  # fmt: skip
 
@@ -204,15 +216,15 @@ def durations(session: nox.Session) -> None:
 def goldens(session: nox.Session) -> None:
     """Regenerate tests/goldens serially and print what changed (`-- --check`: verify only)."""
     _install(session, CPU)
-    session.run("python", "-m", "conformance.goldens", "generate", *session.posargs)
+    session.run(_python(session), "-m", "conformance.goldens", "generate", *session.posargs)
 
 
 @nox.session(**GPU_SESSION)  # no backend tag: the CI matrix (`nox --json -l -t cpu gpu`) skips it
 def bench(session: nox.Session) -> None:
     """Planner benchmark (CPU), then the Triton decode benchmark (needs CUDA; says so if not)."""
     _gpu_install(session)
-    session.run("python", "-m", "benchmarks.bench_planner")
-    session.run("python", "-m", "benchmarks.bench_decode", *session.posargs)
+    session.run(_python(session), "-m", "benchmarks.bench_planner")
+    session.run(_python(session), "-m", "benchmarks.bench_decode", *session.posargs)
 
 
 @nox.session

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The cuda session on a GPU machine without internet: what `nox -s cuda` does, checked.
 #
-# 1. `python3 -m nox -s cuda -- --shard I/2` for I = 1, 2 (when nox is installed): the
-#    session's environment sees the machine's torch (--system-site-packages); with
-#    PIP_NO_INDEX/UV_OFFLINE its install step succeeds only from what the machine has.
+# 1. `python3 -m nox --no-venv -s cuda -- --shard I/2` for I = 1, 2 (when nox is installed):
+#    the session as written, in this interpreter, installing nothing (no internet here).
 # 2. The same shards straight through pytest (what the session runs), reports into $OUT.
 # 3. A bad shard must fail in one line and move no report.
 # Writes into $OUT (default ./gpu-sessions-out): junit/, nox-*.log, pytest-*.log, summary.txt.
@@ -11,13 +10,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-sessions-out}
 mkdir -p "$out/junit"
-export PYTHONUNBUFFERED=1 PIP_NO_INDEX=1 UV_OFFLINE=1
+export PYTHONUNBUFFERED=1
 summary="$out/summary.txt"
 : > "$summary"
 if python3 -c "import nox" 2>/dev/null; then
   for i in 1 2; do
-    python3 -m nox -s cuda -- --shard "$i/2" > "$out/nox-$i.log" 2>&1
-    echo "nox -s cuda -- --shard $i/2: exit $?" >> "$summary"
+    python3 -m nox --no-venv -s cuda -- --shard "$i/2" > "$out/nox-$i.log" 2>&1
+    echo "nox --no-venv -s cuda -- --shard $i/2: exit $?" >> "$summary"
   done
   cp reports/junit/cuda-shard-*-of-2.* "$out/junit/" 2>/dev/null
 else

@@ -1,7 +1,7 @@
 """The noxfile as a user types it: bad arguments fail in one line and move no report.
 
-Runs ``nox --no-venv`` on a copy of the noxfile and the harness: the arguments are checked
-before a session installs anything, so no environment is needed.
+Runs ``nox --no-venv`` on a copy of the noxfile and the harness (``--no-venv`` sessions install
+nothing and use this interpreter), so no environment is made.
 """
 
 from __future__ import annotations
@@ -67,3 +67,13 @@ def test_sessions_list_with_their_backend_tags(tree: Path) -> None:
     result = nox(tree, "-l", "--json", "-t", "cpu", "gpu")
     assert result.returncode == 0, result.stderr
     assert '"session": "cuda"' in result.stdout
+
+
+@pytest.mark.parametrize(("args", "code"), [(["--bogus"], 2), (["--release"], 3)])
+def test_the_sign_off_verdict_is_nox_s_exit_code(tree: Path, args: list[str], code: int) -> None:
+    """No reports: --release is INCOMPLETE (3); a bad option is a usage error (2)."""
+    result = nox(tree, "-s", "signoff", "--", *args)
+    output = result.stdout + result.stderr
+    assert result.returncode == code, output
+    assert "Session signoff aborted: sign-off verdict" in output
+    assert f"nox exits with {code}" in output
