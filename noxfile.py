@@ -3,294 +3,261 @@
 Backend sessions (`cpu`, `interpret`, `cuda`, `rocm`) run the shared conformance set and
 write ``reports/junit/<backend>[-shard-<i>-of-<n>].xml``; `signoff` merges them.
 
-Environments: CPU sessions share one virtualenv with the pinned CPU build of torch
-(no multi-GB CUDA download). GPU sessions use a virtualenv with the interpreter's own
-site packages, so the vendor torch of a CUDA or ROCm machine is used as it is; where the
-interpreter has no torch, they fall back to the CPU environment and their tests are
-reported skipped with the reason.
+Environments are nox's own: one per session under ``.nox/``, made with uv where it is
+installed (else virtualenv) and reused on later runs. Each session installs one requirement
+set of ``requirements/``. The GPU sessions see the interpreter's site packages
+(``--system-site-packages``, and a ``.pth`` file where nox runs in a virtualenv), so a GPU
+machine's vendor torch, triton and aiter are used as installed; where that interpreter has
+no torch, the CPU set is installed so the tests are collected and reported skipped. A
+backend that cannot run here still writes its JUnit file (every test skipped, with the
+reason) and then is a skipped session in nox's summary.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import atexit
 import os
-import shutil
 import site
 import subprocess
 import sys
-from datetime import datetime, timezone
+import time
 from pathlib import Path
 
 import nox
 
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from conformance.ci import installer, sessions  # noqa: E402
+from conformance.harness.gpu_pinning import gpu_count  # noqa: E402
+from conformance.harness.sharding import DURATIONS_FILE, junit_name  # noqa: E402
+
 nox.needs_version = ">=2025.02.09"
-nox.options.default_venv_backend = "none"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_venv = "yes"
 nox.options.sessions = ["cpu", "interpret", "cuda", "rocm", "signoff"]
 
-ROOT = Path(__file__).resolve().parent
-ENV_DIR = ROOT / ".nox"
-JUNIT_DIR = ROOT / "reports" / "junit"
-
-CPU_TORCH = "torch==2.13.0"
-TRITON = "triton==3.9.0"
-REQUIREMENTS = [
-    "numpy>=1.26",
-    "pytest>=8.0",
-    "pytest-xdist>=3.5",
-    "junitparser>=4.0",
-    "defusedxml>=0.7",
-    "safetensors>=0.4",
-]
-CPU_REQUIREMENTS = [CPU_TORCH, TRITON, *REQUIREMENTS]
+JUNIT_DIR = Path("reports") / "junit"
+CPU, GPU, TESTS, LINT = (f"requirements/{name}.txt" for name in ("cpu", "gpu", "tests", "lint"))
+GPU_SESSION = {"venv_params": ["--system-site-packages"]}
 
 
-def _python(venv: Path) -> str:
-    return str(venv / "bin" / "python")
+def _has_venv(session: nox.Session) -> bool:
+    return session.venv_backend not in ("none", None)
 
 
-def _ensure_venv(
-    session: nox.Session, name: str, requirements: list[str], *, system_site: bool = False
-) -> str:
-    """Create (once) and return the python of a virtualenv holding `requirements`.
+def _install(session: nox.Session, requirements: str) -> None:
+    """Install a requirement set, with progress; uv gets pip's configured wheel sources.
 
-    With `system_site`, the new environment also sees the site packages of the interpreter
-    running nox — also when that interpreter is itself a virtualenv, whose packages
-    ``--system-site-packages`` alone would not reach.
+    Under ``nox --no-venv`` nothing is installed: the interpreter's packages are used as they
+    are (an offline GPU machine, say).
     """
-    venv = ENV_DIR / name
-    stamp = venv / ".requirements-stamp"
-    key = [requirements, system_site, sys.prefix if system_site else None]
-    wanted = hashlib.sha256(json.dumps(key).encode()).hexdigest()
-    if stamp.exists() and stamp.read_text() == wanted:
-        return _python(venv)
-    args = [sys.executable, "-m", "venv", "--clear", str(venv)]
-    if system_site:
-        args.insert(3, "--system-site-packages")
-    session.run(*args, external=True)
-    if system_site and sys.prefix != sys.base_prefix:
-        _link_site_packages(venv)
-    if requirements:
-        session.run(_python(venv), "-m", "pip", "install", "-q", *requirements, external=True)
-    stamp.write_text(wanted)
-    return _python(venv)
-
-
-def _link_site_packages(venv: Path) -> None:
-    """Make `venv` see the site packages of the (virtualenv) interpreter running nox."""
-    probe = "import site, sysconfig; print(sysconfig.get_paths()['purelib'])"
-    target = subprocess.run(
-        [_python(venv), "-c", probe], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    Path(target, "_nox_interpreter_site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-
-
-def _cpu_python(session: nox.Session) -> str:
-    return _ensure_venv(session, "venv-cpu", CPU_REQUIREMENTS)
-
-
-def _system_has_torch() -> str | None:
-    """The interpreter's torch version, or None when it has none."""
-    probe = "import torch; print(torch.__version__)"
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    return result.stdout.strip() if result.returncode == 0 else None
-
-
-def _gpu_python(session: nox.Session) -> str:
-    """A virtualenv over the interpreter's own torch (vendor build), else the CPU one."""
-    version = _system_has_torch()
-    if version is None:
-        session.log(
-            f"{sys.executable} has no torch: the GPU backend cannot run here; using the CPU "
-            f"environment ({CPU_TORCH}) so that its tests are reported skipped with the reason"
-        )
-        return _cpu_python(session)
-    session.log(f"using the interpreter's torch {version}")
-    return _ensure_venv(session, "venv-system", REQUIREMENTS, system_site=True)
-
-
-def _shard_arg(posargs: list[str]) -> str | None:
-    for i, arg in enumerate(posargs):
-        if arg == "--shard" and i + 1 < len(posargs):
-            return posargs[i + 1]
-        if arg.startswith("--shard="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def _junit_path(backend: str, posargs: list[str]) -> Path:
-    from conformance.harness.sharding import junit_name, parse_shard
-
-    shard = _shard_arg(posargs)
-    return JUNIT_DIR / junit_name(backend, parse_shard(shard) if shard else None)
-
-
-def _archive_stale_reports(session: nox.Session, backend: str, junit: Path) -> None:
-    """Move this backend's reports that the new run supersedes to reports/previous/.
-
-    A new unsharded run supersedes every earlier file of the backend; a shard run
-    supersedes the unsharded file, shard files of another shard count and its own file.
-    Nothing is deleted.
-    """
-    from conformance.harness.sharding import parse_junit_name
-
-    _, shard = parse_junit_name(junit.name)
-    stale = []
-    for path in sorted(JUNIT_DIR.glob(f"{backend}*.xml")):
-        try:
-            name, other = parse_junit_name(path.name)
-        except ValueError:
-            continue
-        if name != backend:
-            continue
-        if path == junit or shard is None or other is None or other.count != shard.count:
-            stale.append(path)
-    if not stale:
+    if not _has_venv(session):
+        session.log(f"no virtualenv (--no-venv): {requirements} is not installed")
         return
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    target = ROOT / "reports" / "previous" / stamp
-    target.mkdir(parents=True, exist_ok=True)
-    for path in stale:
-        for item in (path, path.with_suffix(".meta.json")):
-            if item.exists():
-                shutil.move(str(item), target / item.name)
-    session.log(f"earlier {backend} reports moved to {target.relative_to(ROOT)}")
+    env = {}
+    if session.venv_backend == "uv":
+        env = installer.uv_environment(installer.pip_settings(), os.environ)
+    session.install("-r", requirements, env=env, silent=False)
 
 
-def _gpu_count(backend: str) -> int:
-    """GPUs to spread a GPU backend over: MLA_GPU_COUNT, else what nvidia-smi lists (cuda)."""
-    text = os.environ.get("MLA_GPU_COUNT", "")
-    if text:
-        if not text.isdigit() or int(text) < 1:
-            raise ValueError(f"MLA_GPU_COUNT={text!r}: expected a whole number of GPUs (>= 1)")
-        return int(text)
-    if backend == "cuda" and shutil.which("nvidia-smi"):
-        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+def _python(session: nox.Session) -> str:
+    return str(Path(session.bin) / "python") if _has_venv(session) else sys.executable
+
+
+def _has_torch(session: nox.Session) -> bool:
+    probe = [_python(session), "-c", "import torch"]
+    return subprocess.run(probe, capture_output=True, env=_env(session)).returncode == 0
+
+
+def _env(session: nox.Session, **extra: str) -> dict[str, str]:
+    return {**os.environ, **{k: v for k, v in session.env.items() if v is not None}, **extra}
+
+
+def _reach_interpreter_site(session: nox.Session) -> None:
+    """Where nox runs in a virtualenv, let the session see that virtualenv's packages too.
+
+    ``--system-site-packages`` reaches the base interpreter's packages only; a vendor torch
+    installed in the virtualenv running nox is reached through a ``.pth`` file.
+    """
+    if sys.prefix == sys.base_prefix or not _has_venv(session):
+        return
+    probe = [_python(session), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+    purelib = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+    paths = "\n".join(site.getsitepackages()) + "\n"
+    Path(purelib, "_nox_interpreter_site.pth").write_text(paths, encoding="utf-8")
+
+
+def _gpu_install(session: nox.Session) -> None:
+    """The base set over the interpreter's torch; the CPU set where it has none."""
+    _reach_interpreter_site(session)
+    if _has_torch(session):
+        _install(session, GPU)
+        return
+    session.log(
+        f"{sys.executable} has no torch (a GPU machine brings its vendor build): installing "
+        f"{CPU} so the tests are collected and reported skipped with the reason"
+    )
+    _install(session, CPU)
+
+
+def _checked(session: nox.Session, backend: str) -> tuple[str, str]:
+    """Validate the session's arguments before anything is installed or moved."""
+    try:
+        chosen, shard = sessions.check_arguments(backend, session.posargs, os.environ)
+    except sessions.SessionArgumentError as error:
+        session.error(str(error))
+    return chosen, junit_name(chosen, shard)
+
+
+def _gpus(backend: str) -> int:
+    """MLA_GPU_COUNT, else what nvidia-smi lists (cuda), else 1."""
+    count = gpu_count(os.environ)
+    if count is not None:
+        return count
+    if backend == "cuda":
+        try:
+            listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+        except OSError:
+            return 1
         if listing.returncode == 0:
             return max(1, sum(line.startswith("GPU ") for line in listing.stdout.splitlines()))
     return 1
 
 
-def _worker_args(backend: str, posargs: list[str]) -> list[str]:
-    """xdist workers: one per core on CPU backends, one per GPU on GPU backends."""
-    if any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) for arg in posargs):
-        return []
-    if backend in ("cpu", "interpret"):
-        return ["-n", "auto"]  # with OMP_NUM_THREADS=1 (see _thread_env)
-    gpus = _gpu_count(backend)
-    return ["-n", str(gpus)] if gpus > 1 else []
+def _conformance(session: nox.Session, backend: str, junit: str, **env: str) -> None:
+    """Run the shared conformance set for `backend`; skip the session if it cannot run here.
 
-
-def _thread_env(backend: str) -> dict[str, str]:
-    """One torch thread per xdist worker on the CPU backends (one worker per core)."""
-    return {"OMP_NUM_THREADS": "1"} if backend in ("cpu", "interpret") else {}
-
-
-def _conformance(
-    session: nox.Session, backend: str, python: str, *, allow_empty: bool = True, **env: str
-) -> None:
-    """Run the shared conformance set for `backend` and write its JUnit file.
-
-    An empty selection (pytest's exit code 5, e.g. an empty shard) passes unless
-    `allow_empty` is false.
+    pytest's exit code 5 (nothing selected) fails the session like any other failure.
     """
-    sys.path.insert(0, str(ROOT))
-    junit = _junit_path(backend, session.posargs)
-    junit.parent.mkdir(parents=True, exist_ok=True)
-    _archive_stale_reports(session, backend, junit)
+    path = JUNIT_DIR / junit
+    threads = {"OMP_NUM_THREADS": "1"} if backend in sessions.CPU_BACKENDS else {}
+    paths = [] if sessions.has_test_paths(session.posargs, ROOT) else ["tests/conformance"]
+    started = time.time() - 1
     session.run(
-        python,
-        "-m",
-        "pytest",
-        "tests/conformance",
+        _python(session), "-m", "pytest", *paths,
         f"--backend={backend}",
-        f"--junitxml={junit.relative_to(ROOT)}",  # relative: no machine path in the sidecar
-        "-o",
-        f"junit_suite_name=mla-{backend}",
-        "-p",
-        "no:cacheprovider",
-        *_worker_args(backend, session.posargs),
+        f"--junitxml={path.as_posix()}",  # relative: no machine path in the sidecar
+        "-o", f"junit_suite_name=mla-{backend}",
+        "-p", "no:cacheprovider",
+        *sessions.worker_args(backend, session.posargs, _gpus(backend)),
         *session.posargs,
-        external=True,
-        env={"MLA_CONFORMANCE_BACKEND": backend, **_thread_env(backend), **env},
-        success_codes=[0, 5] if allow_empty else [0],
-    )
-    session.log(f"JUnit report: {junit.relative_to(ROOT)}")
+        env={"MLA_CONFORMANCE_BACKEND": backend, **threads, **env},
+    )  # fmt: skip
+    outcome = sessions.run_outcome(ROOT / path, started)
+    selection = str((outcome or {}).get("selection", "full"))
+    written = path.parent / "partial" / junit if selection == "partial" else path
+    session.log(f"JUnit report ({selection} selection): {written.as_posix()}")
+    reason = sessions.skip_reason(outcome, backend)
+    if reason is not None:
+        session.skip(reason)
 
 
 @nox.session(tags=["cpu"])
 def cpu(session: nox.Session) -> None:
     """Conformance run of the CPU reference backend."""
-    _conformance(session, "cpu", _cpu_python(session))
+    backend, junit = _checked(session, "cpu")
+    _install(session, CPU)
+    _conformance(session, backend, junit)
 
 
 @nox.session(tags=["cpu"])
 def interpret(session: nox.Session) -> None:
     """Conformance run of the Triton kernels under TRITON_INTERPRET=1 on the CPU."""
-    _conformance(session, "interpret", _cpu_python(session), TRITON_INTERPRET="1")
+    backend, junit = _checked(session, "interpret")
+    _install(session, CPU)
+    _conformance(session, backend, junit, TRITON_INTERPRET="1")
 
 
-@nox.session(tags=["gpu", "cuda"])
+@nox.session(tags=["gpu", "cuda"], **GPU_SESSION)
 def cuda(session: nox.Session) -> None:
-    """Conformance run of the Triton CUDA backend (skipped with the reason without a GPU)."""
-    _conformance(session, "cuda", _gpu_python(session))
+    """Conformance run of the Triton CUDA backend (a skipped session without a GPU)."""
+    backend, junit = _checked(session, "cuda")
+    _gpu_install(session)
+    _conformance(session, backend, junit)
 
 
-@nox.session(tags=["gpu", "rocm"])
+@nox.session(tags=["gpu", "rocm"], **GPU_SESSION)
 def rocm(session: nox.Session) -> None:
-    """Conformance run of the AMD AITER backend (skipped with the reason without ROCm)."""
-    _conformance(session, "rocm", _gpu_python(session), AITER_MLA_DECODE_PERSISTENT_MAX_BATCH="0")
+    """Conformance run of the AMD AITER backend (a skipped session without ROCm)."""
+    backend, junit = _checked(session, "rocm")
+    _gpu_install(session)
+    _conformance(session, backend, junit, AITER_MLA_DECODE_PERSISTENT_MAX_BATCH="0")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The suite's own tests (tests/selftest) and the CPU backends' conformance runs."""
-    python = _cpu_python(session)
+    for backend in ("cpu", "interpret"):
+        _checked(session, backend)
+    _install(session, TESTS)
     session.run(
-        python,
-        "-m",
-        "pytest",
-        "tests/selftest",
-        "-p",
-        "no:cacheprovider",
-        *_worker_args("cpu", session.posargs),
+        _python(session), "-m", "pytest", "tests/selftest", "-p", "no:cacheprovider",
+        *sessions.worker_args("cpu", session.posargs, 1), *session.posargs,
+        env={"OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    _conformance(session, "cpu", junit_name("cpu", None))
+    _conformance(session, "interpret", junit_name("interpret", None), TRITON_INTERPRET="1")
+
+
+@nox.session
+def durations(session: nox.Session) -> None:
+    """Refresh the committed .test_durations that balance the shards (pytest-split)."""
+    _install(session, CPU)
+    session.run(
+        _python(session), "-m", "pytest", "tests/conformance", "--backend=cpu",
+        "-p", "no:cacheprovider", "--store-durations", f"--durations-path={DURATIONS_FILE}",
         *session.posargs,
-        external=True,
-        env=_thread_env("cpu"),
-    )
-    _conformance(session, "cpu", python, allow_empty=False)
-    _conformance(session, "interpret", python, allow_empty=False, TRITON_INTERPRET="1")
+        env={"OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
 
 
 @nox.session
 def goldens(session: nox.Session) -> None:
     """Regenerate tests/goldens serially and print what changed (`-- --check`: verify only)."""
-    python = _cpu_python(session)
-    session.run(python, "-m", "conformance.goldens", "generate", *session.posargs, external=True)
+    _install(session, CPU)
+    session.run(_python(session), "-m", "conformance.goldens", "generate", *session.posargs)
 
 
-@nox.session  # no backend tag: the CI matrix (`nox --json -l -t cpu gpu`) leaves it out
+@nox.session(**GPU_SESSION)  # no backend tag: the CI matrix (`nox --json -l -t cpu gpu`) skips it
 def bench(session: nox.Session) -> None:
     """Planner benchmark (CPU), then the Triton decode benchmark (needs CUDA; says so if not)."""
-    python = _gpu_python(session)
-    session.run(python, "-m", "benchmarks.bench_planner", external=True)
-    session.run(python, "-m", "benchmarks.bench_decode", *session.posargs, external=True)
+    _gpu_install(session)
+    session.run(_python(session), "-m", "benchmarks.bench_planner")
+    session.run(_python(session), "-m", "benchmarks.bench_decode", *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """Ruff lint and format check."""
-    python = _ensure_venv(session, "venv-lint", ["ruff>=0.6"])
-    session.run(python, "-m", "ruff", "check", ".", external=True)
-    session.run(python, "-m", "ruff", "format", "--check", ".", external=True)
+    _install(session, LINT)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+def _exit_with(code: int) -> None:
+    """Make nox's process end with `code` once nox has printed its summary."""
+
+    def _exit() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    atexit.register(_exit)
 
 
 @nox.session(default=True)
 def signoff(session: nox.Session) -> None:
-    """Sign off the JUnit reports: reports/signoff.{md,json,html}; exit code = verdict.
+    """Sign off the JUnit reports: reports/signoff.{md,json,html}; nox exits with the verdict.
 
     Runs last in a plain `nox`, signing off what this machine ran. Release sign-off:
     `nox -s signoff -- --release`. Options: `python -m conformance signoff --help`.
     """
-    python = _cpu_python(session)
-    session.run(python, "-m", "conformance", "signoff", *session.posargs, external=True)
+    _install(session, CPU)
+    command = [_python(session), "-m", "conformance", "signoff", *session.posargs]
+    session.log(" ".join(["python", *command[1:]]))
+    code = subprocess.run(command, env=_env(session)).returncode
+    if code:
+        _exit_with(code)
+        verdict = sessions.VERDICT_NAMES.get(code, "unknown")
+        session.error(f"sign-off verdict {verdict}: nox exits with {code}")

@@ -1,12 +1,14 @@
-"""The GitHub Actions matrix of conformance jobs, built from ``nox --json -l``.
+"""The CI jobs of a conformance run, built from ``nox --json -l``.
 
 ``nox --json -l -t cpu gpu | python -m conformance.ci.matrix --shards cuda=4,rocm=2`` prints
-``{"include": [...]}``: one job per backend session × shard, each with its runner labels
-(``cpu``-tagged sessions on ``ubuntu-latest``, ``cuda`` on ``[self-hosted, nvidia]``, ``rocm``
-on ``[self-hosted, amd]``), the nox posargs that select its shard, and the artifact name its
-``reports/junit/`` is uploaded under. A session is a backend session when it carries one of
-the tags ``cpu``, ``gpu``, ``cuda``, ``rocm``; its backend is the ``backend`` parameter of a
-parametrized session, else the session name.
+the GitHub Actions matrix ``{"include": [...]}``: one job per backend session × shard, each
+with its runner labels (``cpu``-tagged sessions on ``ubuntu-latest``, ``cuda`` on
+``[self-hosted, nvidia]``, ``rocm`` on ``[self-hosted, amd]``), its timeout, the nox posargs
+that select its shard, and the artifact name its ``reports/junit/`` is uploaded under.
+``--format buildkite`` prints the same jobs as a Buildkite pipeline
+(`conformance.ci.buildkite`), ending with a release sign-off step. A session is a backend
+session when it carries one of the tags ``cpu``, ``gpu``, ``cuda``, ``rocm``; its backend is
+the ``backend`` parameter of a parametrized session, else the session name.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ RUNNERS: dict[str, list[str]] = {
     "rocm": ["self-hosted", "amd"],
 }
 DEFAULT_RUNNER = "ubuntu-latest"
+TIMEOUT_MINUTES: dict[str, int] = {"cuda": 90, "rocm": 90}
+DEFAULT_TIMEOUT_MINUTES = 45
 
 
 class MatrixError(ValueError):
@@ -52,6 +56,14 @@ def runner_for(tags: Sequence[str]) -> str | list[str]:
         if tag in tags:
             return list(labels)
     return DEFAULT_RUNNER
+
+
+def timeout_for(tags: Sequence[str]) -> int:
+    """Minutes a job of a session with ``tags`` may run before CI cancels it."""
+    for tag, minutes in TIMEOUT_MINUTES.items():
+        if tag in tags:
+            return minutes
+    return DEFAULT_TIMEOUT_MINUTES
 
 
 def _backend_sessions(sessions: Any) -> list[tuple[str, str, list[str]]]:
@@ -99,6 +111,7 @@ def build_matrix(sessions: Any, shard_counts: Mapping[str, int]) -> dict[str, li
                     "shard": "" if shard is None else str(shard),
                     "posargs": "" if shard is None else f"--shard {shard}",
                     "runs_on": runner_for(tags),
+                    "timeout_minutes": timeout_for(tags),
                     "junit": junit,
                     "artifact": "junit-" + junit.removesuffix(".xml"),
                 }
@@ -109,22 +122,32 @@ def build_matrix(sessions: Any, shard_counts: Mapping[str, int]) -> dict[str, li
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Read ``nox --json -l`` on stdin, print the matrix JSON on one line."""
+    """Read ``nox --json -l`` on stdin, print the matrix (JSON, one line) or the pipeline.
+
+    Exit code 2, with one line on stderr and nothing on stdout, for bad input.
+    """
+    from conformance.ci.buildkite import pipeline_yaml
+
     parser = argparse.ArgumentParser(
         prog="python -m conformance.ci.matrix",
-        description="Turn `nox --json -l` (stdin) into a GitHub Actions matrix (stdout).",
+        description="Turn `nox --json -l` (stdin) into CI jobs: a GitHub Actions matrix "
+        "(JSON) or a Buildkite pipeline (YAML), on stdout.",
     )
     parser.add_argument(
         "--shards", default="", metavar="B=N,...", help="shards per backend, e.g. cuda=4,rocm=2"
     )
+    parser.add_argument("--format", choices=("github", "buildkite"), default="github")
     args = parser.parse_args(argv)
     try:
         sessions = json.loads(sys.stdin.read())
         matrix = build_matrix(sessions, parse_shard_counts(args.shards))
     except ValueError as error:  # MatrixError, and JSON that does not parse
-        print(f"ci_matrix: {error}", file=sys.stderr)
+        print(f"conformance.ci.matrix: {error}", file=sys.stderr)
         return 2
-    print(json.dumps(matrix, separators=(",", ":")))
+    if args.format == "buildkite":
+        sys.stdout.write(pipeline_yaml(matrix["include"]))
+    else:
+        print(json.dumps(matrix, separators=(",", ":")))
     return 0
 
 

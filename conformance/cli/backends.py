@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -11,14 +13,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
-def main(args: argparse.Namespace) -> int:
-    """Print one line per backend: name, available or the reason it is not."""
+def _rows() -> list[dict[str, Any]]:
     from backends.registry import backend_names, get_backend
 
     rows = []
     for name in backend_names():
-        avail = get_backend(name).availability()
-        rows.append({"backend": name, "available": avail.available, "reason": avail.reason})
+        try:
+            avail = get_backend(name).availability()
+            available, reason = bool(avail.available), avail.reason
+        except Exception as exc:  # a broken backend is a row, not a traceback
+            available, reason = False, f"availability check raised {type(exc).__name__}: {exc}"
+        rows.append({"backend": name, "available": available, "reason": reason})
+    return rows
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print one line per backend: name, available or the reason it is not."""
+    try:
+        rows = _rows()
+    except ModuleNotFoundError as exc:
+        print(
+            f"python -m conformance backends: {sys.executable} has no Python package "
+            f"{exc.name!r}, which every backend needs; install the requirement set "
+            f"requirements/cpu.txt (pip install -r requirements/cpu.txt), or use an "
+            f"interpreter that has your vendor torch",
+            file=sys.stderr,
+        )
+        return 2
     if args.json:
         print(json.dumps(rows, indent=2))
     else:

@@ -26,13 +26,23 @@ def worker_number(worker_id: str) -> int | None:
     return None if match is None else int(match.group(1))
 
 
+def gpu_count(environ: Mapping[str, str]) -> int | None:
+    """``MLA_GPU_COUNT`` as a number of GPUs (None when unset); `ValueError` names bad values."""
+    text = environ.get(GPU_COUNT_VARIABLE, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{GPU_COUNT_VARIABLE}={text!r}: expected a whole number of GPUs (>= 1)")
+    return int(text)
+
+
 def pinned_devices(
     backend: str, environ: Mapping[str, str], *, worker_id: str, worker_count: int
 ) -> dict[str, str]:
     """The environment changes that give worker ``worker_id`` its own device.
 
     Returns ``{}`` when nothing should change: a CPU backend, fewer than two workers, or an id
-    that is not an xdist worker's.
+    that is not an xdist worker's. Raises `ValueError` for a bad ``MLA_GPU_COUNT``.
     """
     variable = VISIBLE_DEVICES_VARIABLE.get(backend)
     number = worker_number(worker_id)
@@ -40,7 +50,6 @@ def pinned_devices(
         return {}
     visible = [item.strip() for item in environ.get(variable, "").split(",") if item.strip()]
     if not visible:
-        count_text = environ.get(GPU_COUNT_VARIABLE, "")
-        count = int(count_text) if count_text.isdigit() and int(count_text) > 0 else worker_count
+        count = gpu_count(environ) or worker_count
         visible = [str(index) for index in range(count)]
     return {variable: visible[number % len(visible)]}

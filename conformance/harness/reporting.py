@@ -1,44 +1,43 @@
 """pytest plugin for the reporting side of a conformance run: shards, expectations, sidecar.
 
 Registered by ``conformance.harness.plugin`` (its own options, ``--backend`` among them,
-live there).
-What it does, and when:
+live there). What it does, and when:
 
-- ``--shard I/N`` keeps the tests of shard I (1-based) of N, chosen by sha256 of the node id
-  (`conformance.harness.sharding`), after every other selection (``-k``, ``-m``, expectation marks).
+- ``--shard I/N`` keeps the tests of shard I (1-based) of N after every other selection
+  (``-k``, ``-m``, expectation marks): balanced by the recorded durations of
+  ``.test_durations`` where that file and pytest-split are present, else by sha256 of the node
+  id (`conformance.harness.sharding`).
+- Every option and ``MLA_GPU_COUNT`` is checked at configuration: a bad one is a one-line
+  usage error, before any report is touched.
+- A partial selection (`conformance.harness.selection`) writes its conventional JUnit file
+  under ``partial/``, so it never supersedes the full report; its sidecar says so.
+- At session start of a full run, the reports it supersedes move to ``reports/previous/``
+  (`conformance.harness.archive`).
 - Expectations: when conformance tests (``tests/conformance/test_*.py``) are collected, the
   entries of ``conformance/expectations/<backend>.txt`` (or ``--expectations-dir``) become
   ``xfail(strict=True)`` / ``skip`` marks; entries that match no test are warned as stale.
 - Every collected test gets ``nodeid`` (and ``case_id``, the parameter id) as JUnit testcase
   properties, so the sign-off can compare the JUnit report with the collected ids.
-- The sidecar ``<junit path minus .xml>.meta.json``, written by the controller only (never an
-  xdist worker), holds the backend, shard, collected and selected ids, availability, device,
-  versions, git commit and timestamps. It is written when ``--junitxml`` is set and either the
-  file name follows the convention (``<backend>.xml`` / ``<backend>-shard-I-of-N.xml``) or
-  conformance tests were collected; a first version marked ``"finished": false`` is written at
-  session start so a run that crashes before pytest writes its JUnit leaves a trace. Once pytest
-  has written the JUnit file (``pytest_unconfigure``), its sha256 is added as ``junit_sha256``.
+- The sidecar (`conformance.harness.sidecar`) is first written marked ``"finished": false``
+  at session start, so a run that crashes before pytest writes its JUnit leaves a trace; once
+  pytest has written the JUnit file (``pytest_unconfigure``) its sha256 is added (``junit_sha256``).
 - On a multi-GPU host, each xdist worker of a cuda/rocm run sees one GPU
   (`conformance.harness.gpu_pinning`).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
-import json
 import os
 import sys
-import uuid
 import warnings
 from collections.abc import Generator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conformance.harness import gpu_pinning, provenance
+from conformance.harness import gpu_pinning, sidecar
+from conformance.harness.archive import archive_superseded
 from conformance.harness.expectations import (
     ExpectationFileError,
     expectations_path,
@@ -46,101 +45,29 @@ from conformance.harness.expectations import (
     match_expectation,
     stale_entries,
 )
+from conformance.harness.run_state import (
+    STATE_KEY,
+    RunState,
+    backend_name,
+    is_worker,
+    junit_path,
+    relative,
+)
+from conformance.harness.selection import partial_junit_path, partial_reason
 from conformance.harness.sharding import (
-    Shard,
-    junit_name,
+    DURATIONS_FILE,
+    duration_algorithm,
+    load_durations,
     parse_shard,
     select_for_shard,
-    sidecar_path,
 )
-from conformance.signoff.atomic import atomic_write_text
 
-SIDECAR_FORMAT = "mla-conformance-run/1"
 WORKER_OUTPUT_KEY = "mla_report"
-DEFAULT_BACKEND = "cpu"
-BACKEND_ENVIRONMENT_VARIABLE = "MLA_CONFORMANCE_BACKEND"
+DURATIONS_KEY = pytest.StashKey["dict[str, float] | None"]()
 
 
 class StaleExpectationWarning(pytest.PytestWarning):
     """An expectation-file entry matches no collected test."""
-
-
-@dataclass
-class RunState:
-    """What the plugin learns during one session (kept in ``config.stash``)."""
-
-    backend: str
-    shard: Shard | None
-    junit_path: Path | None
-    expectations_file: Path
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    started: str = field(default_factory=lambda: _now())
-    conformance_collected: bool = False
-    collected_ids: list[str] | None = None
-    selected_ids: list[str] | None = None
-    filtered_out: int = 0
-    stale_expectations: list[str] = field(default_factory=list)
-    sharding_now: bool = False
-    pinned: dict[str, str] = field(default_factory=dict)
-    worker_reports: list[dict[str, Any]] = field(default_factory=list)
-
-
-STATE_KEY = pytest.StashKey[RunState]()
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
-
-
-def _backend_name(config: pytest.Config) -> str:
-    try:
-        value = config.getoption("backend")
-    except ValueError:  # conformance.harness.plugin (which adds --backend) is not loaded
-        value = None
-    return str(value or os.environ.get(BACKEND_ENVIRONMENT_VARIABLE) or DEFAULT_BACKEND)
-
-
-def _junit_path(config: pytest.Config) -> Path | None:
-    xml_path = getattr(config.option, "xmlpath", None)
-    if not xml_path:
-        return None
-    expanded = os.path.expanduser(os.path.expandvars(xml_path))
-    return Path(os.path.normpath(os.path.abspath(expanded)))
-
-
-def _availability(backend: str) -> tuple[bool | None, str | None]:
-    """``(available, reason)`` from ``backends.registry``; ``(None, None)`` if it cannot tell.
-
-    The registry is asked only once something else (the conformance plugin) has imported it:
-    importing it imports torch, too slow a price for a sidecar field in a selftest run.
-    """
-    registry = sys.modules.get("backends.registry")
-    if registry is None:
-        return None, None
-    try:
-        availability = registry.get_backend(backend).availability()
-        return bool(availability.available), str(getattr(availability, "reason", "") or "")
-    except Exception as error:  # the registry is optional; its failure is a fact to record
-        return None, f"availability unknown: {type(error).__name__}: {error}"
-
-
-def _device_kind(backend: str) -> str | None:
-    """The kind of device the backend's tensors live on here: cpu, cuda, rocm, or none."""
-    registry, torch = sys.modules.get("backends.registry"), sys.modules.get("torch")
-    if registry is None or torch is None:
-        return None
-    try:
-        if registry.get_backend(backend).device.type == "cpu":
-            return "cpu"
-        if not torch.cuda.is_available():
-            return "none"
-        return "rocm" if getattr(torch.version, "hip", None) else "cuda"
-    except Exception:  # a fact we cannot read is simply absent
-        return None
 
 
 def _device_runtime_initialised() -> bool:
@@ -158,7 +85,7 @@ def _is_conformance_item(item: pytest.Item) -> bool:
 
 def _terminal_line(config: pytest.Config, text: str) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and not _is_worker(config):
+    if reporter is not None and not is_worker(config):
         reporter.write_line(text)
 
 
@@ -166,14 +93,20 @@ def _terminal_line(config: pytest.Config, text: str) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Add ``--shard`` and ``--expectations-dir``."""
+    """Add ``--shard``, ``--shard-durations`` and ``--expectations-dir``."""
     group = parser.getgroup("mla-report", "MLA conformance reporting")
     group.addoption(
         "--shard",
         metavar="I/N",
         default=None,
-        help="run only shard I of N (1-based; chosen by sha256 of the node id, the same on "
-        "every machine)",
+        help="run only shard I of N (1-based; balanced by recorded durations where "
+        f"{DURATIONS_FILE} and pytest-split exist, else by sha256 of the node id)",
+    )
+    group.addoption(
+        "--shard-durations",
+        metavar="FILE",
+        default=None,
+        help=f"durations file that balances --shard (default: <rootdir>/{DURATIONS_FILE})",
     )
     group.addoption(
         "--expectations-dir",
@@ -183,46 +116,82 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _usage(option: str, error: Exception) -> pytest.UsageError:
+    return pytest.UsageError(f"{option}: {error}")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Parse ``--shard``, pin an xdist worker's GPU, and set up the run state."""
+    """Check the options, route a partial run's JUnit, pin a worker's GPU, set up the state."""
     shard_text = config.getoption("shard", None)
     try:
         shard = parse_shard(shard_text) if shard_text else None
     except ValueError as error:
-        raise pytest.UsageError(f"--shard: {error}") from None
-    backend = _backend_name(config)
+        raise _usage("--shard", error) from None
+    try:
+        gpu_pinning.gpu_count(os.environ)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    backend = backend_name(config)
     directory = config.getoption("expectations_dir", None)
     state = RunState(
         backend=backend,
         shard=shard,
-        junit_path=_junit_path(config),
+        junit_path=junit_path(config),
         expectations_file=expectations_path(backend, Path(directory) if directory else None),
     )
-    if _is_worker(config):
-        worker_input = config.workerinput  # type: ignore[attr-defined]
-        state.pinned = gpu_pinning.pinned_devices(
-            backend,
-            os.environ,
-            worker_id=str(worker_input.get("workerid", "")),
-            worker_count=int(worker_input.get("workercount", 1)),
-        )
-        if state.pinned and _device_runtime_initialised():
-            warnings.warn(
-                f"torch initialised its device runtime before the report plugin pinned "
-                f"{state.pinned}; this worker may not be limited to one GPU",
-                pytest.PytestWarning,
-                stacklevel=1,
-            )
-        os.environ.update(state.pinned)
+    reason = partial_reason(config)
+    if reason is not None:
+        state.selection, state.selection_reason = "partial", reason
+        if state.junit_path is not None and sidecar.is_conventional(state):
+            state.junit_path = partial_junit_path(state.junit_path)
+            config.option.xmlpath = str(state.junit_path)  # before junitxml reads it
+    if shard is not None:
+        config.stash[DURATIONS_KEY] = _durations(config)
+        has_split = config.stash[DURATIONS_KEY] is not None and duration_algorithm()
+        state.shard_algorithm = "durations" if has_split else "hash"
+    if is_worker(config):
+        _pin_worker(config, state)
     config.stash[STATE_KEY] = state
 
 
+def _durations(config: pytest.Config) -> dict[str, float] | None:
+    option = config.getoption("shard_durations", None)
+    path = Path(option) if option else config.rootpath / DURATIONS_FILE
+    if option and not path.is_file():
+        raise _usage("--shard-durations", FileNotFoundError(f"{path} does not exist"))
+    try:
+        return load_durations(path)
+    except ValueError as error:
+        raise _usage("--shard-durations", error) from None
+
+
+def _pin_worker(config: pytest.Config, state: RunState) -> None:
+    worker_input = config.workerinput  # type: ignore[attr-defined]
+    state.pinned = gpu_pinning.pinned_devices(
+        state.backend,
+        os.environ,
+        worker_id=str(worker_input.get("workerid", "")),
+        worker_count=int(worker_input.get("workercount", 1)),
+    )
+    if state.pinned and _device_runtime_initialised():
+        warnings.warn(
+            f"torch initialised its device runtime before the report plugin pinned "
+            f"{state.pinned}; this worker may not be limited to one GPU",
+            pytest.PytestWarning,
+            stacklevel=1,
+        )
+    os.environ.update(state.pinned)
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """Show the shard and the expectation file in pytest's header."""
+    """Show the shard, the selection and the expectation file in pytest's header."""
     state = config.stash[STATE_KEY]
-    shard = f"shard {state.shard}" if state.shard else "no shard"
-    return [f"mla-report: {shard}; expectations {state.expectations_file}"]
+    shard = f"shard {state.shard} ({state.shard_algorithm})" if state.shard else "no shard"
+    selection = state.selection
+    if state.selection_reason:
+        selection += f" ({state.selection_reason})"
+    return [f"mla-report: {shard}; {selection} selection; expectations {state.expectations_file}"]
 
 
 # --- collection -----------------------------------------------------------------------------
@@ -275,7 +244,8 @@ def _select_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash[STATE_KEY]
     state.collected_ids = [item.nodeid for item in items]
     if state.shard is not None:
-        selected_ids = set(select_for_shard(state.collected_ids, state.shard))
+        durations = config.stash.get(DURATIONS_KEY, None)
+        selected_ids = set(select_for_shard(state.collected_ids, state.shard, durations))
         keep = [item for item in items if item.nodeid in selected_ids]
         drop = [item for item in items if item.nodeid not in selected_ids]
         if drop:
@@ -287,7 +257,8 @@ def _select_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = keep
         _terminal_line(
             config,
-            f"shard {state.shard}: running {len(keep)} of {len(state.collected_ids)} items",
+            f"shard {state.shard} ({state.shard_algorithm}): running {len(keep)} of "
+            f"{len(state.collected_ids)} items",
         )
     state.selected_ids = [item.nodeid for item in items]
     if state.junit_path is not None or state.conformance_collected:
@@ -307,98 +278,27 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
         state.filtered_out += len(items)
 
 
-# --- session: sidecar and worker hand-over --------------------------------------------------
-
-
-def _sidecar_wanted(state: RunState) -> bool:
-    if state.junit_path is None:
-        return False
-    try:
-        conventional = state.junit_path.name == junit_name(state.backend, state.shard)
-    except ValueError:
-        conventional = False
-    return conventional or state.conformance_collected
-
-
-def _process_facts(state: RunState) -> dict[str, Any]:
-    """Facts only the process that ran the tests knows (torch is imported there)."""
-    available, reason = _availability(state.backend)
-    return {
-        "collected_ids": state.collected_ids,
-        "selected_ids": state.selected_ids,
-        "filtered_out": state.filtered_out,
-        "conformance_collected": state.conformance_collected,
-        "stale_expectations": state.stale_expectations,
-        "available": available,
-        "availability_reason": reason,
-        "device": provenance.device_name(state.backend),
-        "device_kind": _device_kind(state.backend),
-        "versions": provenance.package_versions(),
-        "pinned": state.pinned,
-        **provenance.torch_build(),
-    }
-
-
-def _sidecar(
-    config: pytest.Config, state: RunState, *, finished: bool, exitstatus: int | None
-) -> dict[str, Any]:
-    facts = provenance.run_facts(state.backend, config.rootpath)
-    worker_facts = [report for report in state.worker_reports if report.get("collected_ids")]
-    if state.worker_reports:
-        process = worker_facts[0] if worker_facts else state.worker_reports[0]
-    elif finished:
-        process = _process_facts(state)
-    else:
-        process = {}
-    facts.update({key: value for key, value in process.items() if value is not None})
-    facts["devices"] = sorted(
-        {str(report["device"]) for report in state.worker_reports if report.get("device")}
-    )
-    return {
-        "format": SIDECAR_FORMAT,
-        "backend": state.backend,
-        "shard": None if state.shard is None else str(state.shard),
-        "junit": None if state.junit_path is None else state.junit_path.name,
-        "run_id": state.run_id,
-        "started": state.started,
-        "finished_at": _now() if finished else None,
-        "finished": finished,
-        "exitstatus": exitstatus,
-        "args": [str(argument) for argument in config.invocation_params.args],
-        "xdist_workers": len(state.worker_reports),
-        "expectations_file": _relative(state.expectations_file, config.rootpath),
-        **facts,
-    }
-
-
-def _write_sidecar(config: pytest.Config, state: RunState, **kwargs: Any) -> None:
-    assert state.junit_path is not None
-    document = _sidecar(config, state, **kwargs)
-    atomic_write_text(sidecar_path(state.junit_path), json.dumps(document, indent=2) + "\n")
-
-
-def _stamp_junit_suite(config: pytest.Config, state: RunState) -> None:
-    """Name the controller's JUnit suite ``mla-<backend>`` and add run properties to it."""
-    try:
-        from _pytest.junitxml import xml_key
-    except ImportError:
-        return
-    log_xml = config.stash.get(xml_key, None)
-    if log_xml is None:
-        return
-    if getattr(log_xml, "suite_name", None) == "pytest":
-        log_xml.suite_name = f"mla-{state.backend}"
-    log_xml.add_global_property("backend", state.backend)
-    log_xml.add_global_property("shard", "" if state.shard is None else str(state.shard))
-    log_xml.add_global_property("run_id", state.run_id)
+# --- session: archive, sidecar and worker hand-over -----------------------------------------
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Controller: leave an unfinished sidecar, so a run that crashes is visible."""
+    """Controller: move superseded reports aside, then leave an unfinished sidecar."""
     config = session.config
     state = config.stash[STATE_KEY]
-    if not _is_worker(config) and _sidecar_wanted(state):
-        _write_sidecar(config, state, finished=False, exitstatus=None)
+    if is_worker(config) or not sidecar.wanted(state):
+        return
+    assert state.junit_path is not None
+    if state.selection == "partial":
+        _terminal_line(
+            config,
+            f"partial selection ({state.selection_reason}): JUnit report "
+            f"{relative(state.junit_path, config.rootpath)}, which supersedes no full report",
+        )
+    elif sidecar.is_conventional(state):
+        moved = archive_superseded(state.junit_path, state.backend, state.shard)
+        if moved is not None:
+            _terminal_line(config, f"earlier {state.backend} reports moved to {moved}")
+    sidecar.write(config, state, finished=False, exitstatus=None)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -406,13 +306,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Worker: hand facts to the controller. Controller: stamp the suite, write the sidecar."""
     config = session.config
     state = config.stash[STATE_KEY]
-    if _is_worker(config):
-        config.workeroutput[WORKER_OUTPUT_KEY] = _process_facts(state)  # type: ignore[attr-defined]
+    if is_worker(config):
+        config.workeroutput[WORKER_OUTPUT_KEY] = sidecar.process_facts(state)  # type: ignore[attr-defined]
         return
-    if not _sidecar_wanted(state):
+    if not sidecar.wanted(state):
         return
-    _stamp_junit_suite(config, state)
-    _write_sidecar(config, state, finished=True, exitstatus=int(exitstatus))
+    sidecar.stamp_junit_suite(config, state)
+    sidecar.write(config, state, finished=True, exitstatus=int(exitstatus))
 
 
 @pytest.hookimpl(trylast=True)
@@ -424,19 +324,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     hashed here is the finished one.
     """
     state = config.stash.get(STATE_KEY, None)
-    if state is None or _is_worker(config) or not _sidecar_wanted(state):
+    if state is None or is_worker(config) or not sidecar.wanted(state):
         return
-    assert state.junit_path is not None
-    companion = sidecar_path(state.junit_path)
-    try:
-        document = json.loads(companion.read_text(encoding="utf-8"))
-        data = state.junit_path.read_bytes()
-    except (OSError, ValueError):
-        return  # no JUnit file (or sidecar) to seal; the sign-off names what is missing
-    if not isinstance(document, dict) or document.get("run_id") != state.run_id:
-        return
-    document["junit_sha256"] = hashlib.sha256(data).hexdigest()
-    atomic_write_text(companion, json.dumps(document, indent=2) + "\n")
+    sidecar.seal(state)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -464,11 +354,3 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(
             f"shard {state.shard}: ran {selected} of {len(state.collected_ids)} items"
         )
-
-
-def _relative(path: Path, root: Path) -> str:
-    """`path` relative to the run's root directory when it lies below it (no machine paths)."""
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return str(path)

@@ -19,7 +19,7 @@ from conformance.harness.expectations import (
 
 pytest_plugins = ["pytester"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 MODULE = "tests/conformance/test_metadata.py"
 CONFORMANCE_TESTS = """
 import pytest
@@ -206,7 +206,7 @@ def test_shards_split_the_run_and_say_so(suite: pytest.Pytester) -> None:
         result = run(suite, f"--shard={index}/3", "-q")
         outcomes = result.parseoutcomes()
         ran = outcomes.get("passed", 0) + outcomes.get("failed", 0)
-        result.stdout.fnmatch_lines([f"shard {index}/3: running {ran} of 8 items"])
+        result.stdout.fnmatch_lines([f"shard {index}/3 (hash): running {ran} of 8 items"])
         seen += ran
     assert seen == 8
 
@@ -243,7 +243,9 @@ def test_sidecar_and_junit_describe_the_run(suite: pytest.Pytester) -> None:
 def test_sidecar_records_tests_removed_by_k(suite: pytest.Pytester) -> None:
     junit = suite.path / "reports" / "junit" / "cpu.xml"
     run(suite, "-k", "not broken", f"--junitxml={junit}")
-    sidecar = json.loads(junit.with_name("cpu.meta.json").read_text())
+    assert not junit.exists(), "a partial run never writes the full report's file"
+    sidecar = json.loads((junit.parent / "partial" / "cpu.meta.json").read_text())
+    assert (sidecar["selection"], sidecar["selection_reason"]) == ("partial", "-k not broken")
     assert sidecar["filtered_out"] == 1
     assert len(sidecar["collected_ids"]) == 7
 

@@ -13,7 +13,7 @@ import pytest
 from conformance.ci import matrix as ci_matrix
 from conformance.ci.matrix import MatrixError, build_matrix, parse_shard_counts
 
-WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "conformance.yml"
+WORKFLOW = Path(__file__).resolve().parents[3] / ".github" / "workflows" / "conformance.yml"
 
 # `nox --json -l -t cpu gpu` on this repository's noxfile (nox 2026.10.20), plus a
 # parametrized session as a third-party backend would add one.
@@ -119,7 +119,7 @@ def test_command_line_reads_stdin_and_prints_compact_json(monkeypatch, capsys) -
     assert [job["name"] for job in json.loads(out)["include"]][2:4] == ["cuda 1/2", "cuda 2/2"]
     monkeypatch.setattr("sys.stdin", io.StringIO("not json"))
     assert ci_matrix.main([]) == 2
-    assert "ci_matrix:" in capsys.readouterr().err
+    assert "conformance.ci.matrix:" in capsys.readouterr().err
 
 
 # --- the workflow contract (it cannot run here, so its text is checked) -----------------------
@@ -205,3 +205,75 @@ def test_listing_above_matches_the_noxfile() -> None:
             f"nox session {name!r} carries a backend tag but runs no conformance set: the CI "
             f"matrix would make a conformance job of it"
         )
+
+
+def test_gpu_jobs_have_longer_timeouts_than_cpu_jobs() -> None:
+    timeouts = {job["backend"]: job["timeout_minutes"] for job in jobs()}
+    assert timeouts["cuda"] == timeouts["rocm"] == ci_matrix.TIMEOUT_MINUTES["cuda"]
+    assert timeouts["cpu"] == ci_matrix.DEFAULT_TIMEOUT_MINUTES
+    assert all(isinstance(minutes, int) and minutes > 0 for minutes in timeouts.values())
+
+
+def test_workflow_jobs_have_timeouts_and_a_strict_generator_step(workflow: str) -> None:
+    assert "timeout-minutes: ${{ matrix.timeout_minutes }}" in workflow
+    step = workflow[workflow.index("- id: matrix") : workflow.index("\n  conformance:")]
+    assert "set -euo pipefail" in step, "a failing generator must fail its step"
+    assert 'echo "matrix=$(python' not in step, "$(...) inside echo swallows the exit code"
+    assert "> matrix.json" in step
+    assert workflow.count("requirements/tools.txt") == 3, "every job installs the same tools"
+
+
+def test_a_failing_generator_prints_nothing_on_stdout(monkeypatch, capsys) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(NOX_LISTING)))
+    assert ci_matrix.main(["--shards", "metal=2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+
+
+# --- the Buildkite pipeline --------------------------------------------------------------------
+
+
+def buildkite_pipeline(monkeypatch, capsys, shards: str = "cuda=4,rocm=2") -> dict:
+    yaml = pytest.importorskip("yaml")  # the tests session installs PyYAML
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(NOX_LISTING)))
+    assert ci_matrix.main(["--shards", shards, "--format", "buildkite"]) == 0
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+def test_buildkite_pipeline_is_yaml_with_one_step_per_job(monkeypatch, capsys) -> None:
+    steps = buildkite_pipeline(monkeypatch, capsys)["steps"]
+    commands = [step for step in steps if "command" in step]
+    assert [step["label"] for step in commands[:-1]] == [f"conformance {j['name']}" for j in jobs()]
+    assert len({step["key"] for step in commands}) == len(commands), "keys are unique"
+    cuda = [step for step in commands if step["label"].startswith("conformance cuda")]
+    assert cuda[1]["command"].endswith("python3 -m nox -s 'cuda' -- --shard 2/4")
+    assert {step["agents"]["queue"] for step in cuda} == {"nvidia"}
+    assert all(step["timeout_in_minutes"] > 0 for step in commands)
+    assert all(step["artifact_paths"] for step in commands)
+
+
+def test_buildkite_pipeline_ends_with_a_release_sign_off(monkeypatch, capsys) -> None:
+    steps = buildkite_pipeline(monkeypatch, capsys)["steps"]
+    wait, signoff = steps[-2:]
+    assert wait == {"wait": None, "continue_on_failure": True}, "failed shards are signed off"
+    assert "artifact download 'reports/junit/*'" in signoff["command"]
+    assert signoff["command"].endswith("nox -s signoff -- --release")
+
+
+def test_buildkite_yaml_quotes_what_yaml_would_misread() -> None:
+    from conformance.ci.buildkite import pipeline_yaml
+
+    job = {**jobs()[0], "name": "a: b # c", "session": "x"}
+    yaml = pytest.importorskip("yaml")
+    (step, _, _) = yaml.safe_load(pipeline_yaml([job]))["steps"]
+    assert step["label"] == "conformance a: b # c"
+
+
+def test_workflow_parses_as_yaml_with_a_timeout_on_every_job(workflow: str) -> None:
+    yaml = pytest.importorskip("yaml")  # the tests session installs PyYAML
+    document = yaml.safe_load(workflow)
+    assert set(document["jobs"]) == {"plan", "conformance", "signoff"}
+    assert document["jobs"]["conformance"]["timeout-minutes"] == "${{ matrix.timeout_minutes }}"
+    assert all(
+        isinstance(document["jobs"][job]["timeout-minutes"], int) for job in ("plan", "signoff")
+    )

@@ -35,3 +35,21 @@ def test_missing_dependency_is_named(monkeypatch, capsys):
 def test_only_the_chosen_command_is_imported(monkeypatch):
     monkeypatch.setitem(cli.SUBCOMMANDS, "signoff", ("no_such_module_xyz", "broken"))
     assert cli.main(["backends"]) == 0
+
+
+def test_backends_without_torch_says_what_is_missing() -> None:
+    """`python -m conformance backends` from an interpreter with no torch: one line, exit 2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "import sys; sys.modules['torch'] = None; from conformance.cli.main import main; "
+    code += "sys.exit(main(['backends']))"
+    root = Path(__file__).resolve().parents[3]
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=60
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert "has no Python package 'torch'" in line and "requirements/cpu.txt" in line

@@ -1,0 +1,108 @@
+"""What the noxfile decides before a session installs or runs anything.
+
+Pure functions (no nox, no torch), so that the selftests check them and a bad argument or
+variable fails the session with one line before any environment or report is touched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from conformance.harness.gpu_pinning import gpu_count
+from conformance.harness.sharding import (
+    Shard,
+    junit_name,
+    parse_shard,
+    partial_junit_path,
+    sidecar_path,
+)
+
+CPU_BACKENDS = frozenset({"cpu", "interpret"})
+# pytest options of the suite's sessions that take a separate value (``-k EXPR``).
+VALUE_OPTIONS = frozenset(
+    {"-k", "-m", "-n", "-p", "-o", "-c", "--deselect", "--ignore", "--ignore-glob", "--backend",
+     "--shard", "--shard-durations", "--expectations-dir", "--junitxml", "--numprocesses",
+     "--maxfail", "--rootdir", "--basetemp", "--dist", "--durations", "--tb"}
+)  # fmt: skip
+VERDICT_NAMES: dict[int, str] = {0: "PASS", 1: "FAIL", 2: "usage or I/O error", 3: "INCOMPLETE"}
+
+
+class SessionArgumentError(ValueError):
+    """A session argument or variable that cannot work; the message is one line."""
+
+
+def option_value(posargs: Sequence[str], option: str) -> str | None:
+    """The last value of ``option`` in `posargs` (``--shard 2/4`` or ``--shard=2/4``)."""
+    found = None
+    for index, arg in enumerate(posargs):
+        if arg == option:
+            if index + 1 >= len(posargs):
+                raise SessionArgumentError(f"{option}: expected a value after it")
+            found = posargs[index + 1]
+        elif arg.startswith(option + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def check_arguments(
+    backend: str, posargs: Sequence[str], environ: Mapping[str, str]
+) -> tuple[str, Shard | None]:
+    """The backend and shard a session will run; `SessionArgumentError` for bad input."""
+    chosen = option_value(posargs, "--backend") or backend
+    try:
+        junit_name(chosen, None)
+    except ValueError as error:
+        raise SessionArgumentError(f"--backend: {error}") from None
+    text = option_value(posargs, "--shard")
+    try:
+        shard = parse_shard(text) if text is not None else None
+    except ValueError as error:
+        raise SessionArgumentError(f"--shard: {error}") from None
+    try:
+        gpu_count(environ)
+    except ValueError as error:
+        raise SessionArgumentError(str(error)) from None
+    return chosen, shard
+
+
+def has_test_paths(posargs: Sequence[str], root: Path) -> bool:
+    """Whether `posargs` name test paths or node ids themselves (then the session adds none)."""
+    previous = ""
+    for arg in posargs:
+        if not arg.startswith("-") and previous not in VALUE_OPTIONS:
+            if "::" in arg or (root / arg).exists():
+                return True
+        previous = arg if "=" not in arg else ""
+    return False
+
+
+def worker_args(backend: str, posargs: Sequence[str], gpus: int) -> list[str]:
+    """xdist workers: one per core on CPU backends, one per GPU on GPU backends."""
+    if any(arg.startswith(("-n", "--numprocesses")) for arg in posargs):
+        return []
+    if backend in CPU_BACKENDS:
+        return ["-n", "auto"]  # with OMP_NUM_THREADS=1
+    return ["-n", str(gpus)] if gpus > 1 else []
+
+
+def run_outcome(junit: Path, since: float) -> dict[str, object] | None:
+    """The sidecar the run writing `junit` left (full or partial), if written after `since`."""
+    candidates = [sidecar_path(junit), sidecar_path(partial_junit_path(junit))]
+    fresh = [path for path in candidates if path.exists() and path.stat().st_mtime >= since]
+    if not fresh:
+        return None
+    newest = max(fresh, key=lambda path: path.stat().st_mtime)
+    try:
+        document = json.loads(newest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def skip_reason(outcome: Mapping[str, object] | None, backend: str) -> str | None:
+    """Why `backend` could not run (its sidecar says unavailable), or None when it ran."""
+    if outcome is None or outcome.get("available") is not False:
+        return None
+    return f"{backend}: {outcome.get('availability_reason') or 'backend not available'}"

@@ -1,0 +1,163 @@
+"""The JUnit sidecar ``<junit path minus .xml>.meta.json`` of a conformance run.
+
+Written by the controller only (never an xdist worker). It holds the backend, shard, whether
+the selection was full or partial (``selection``, ``selection_reason``), the collected and
+selected ids, availability, device, versions, git commit and timestamps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from typing import Any
+
+import pytest
+
+from conformance.harness import provenance
+from conformance.harness.run_state import RunState, now, relative
+from conformance.harness.sharding import junit_name, sidecar_path
+from conformance.signoff.atomic import atomic_write_text
+
+SIDECAR_FORMAT = "mla-conformance-run/1"
+
+
+def availability(backend: str) -> tuple[bool | None, str | None]:
+    """``(available, reason)`` from ``backends.registry``; ``(None, None)`` if it cannot tell.
+
+    The registry is asked only once something else (the conformance plugin) has imported it:
+    importing it imports torch, too slow a price for a sidecar field in a selftest run.
+    """
+    registry = sys.modules.get("backends.registry")
+    if registry is None:
+        return None, None
+    try:
+        found = registry.get_backend(backend).availability()
+        return bool(found.available), str(getattr(found, "reason", "") or "")
+    except Exception as error:  # the registry is optional; its failure is a fact to record
+        return None, f"availability unknown: {type(error).__name__}: {error}"
+
+
+def device_kind(backend: str) -> str | None:
+    """The kind of device the backend's tensors live on here: cpu, cuda, rocm, or none."""
+    registry, torch = sys.modules.get("backends.registry"), sys.modules.get("torch")
+    if registry is None or torch is None:
+        return None
+    try:
+        if registry.get_backend(backend).device.type == "cpu":
+            return "cpu"
+        if not torch.cuda.is_available():
+            return "none"
+        return "rocm" if getattr(torch.version, "hip", None) else "cuda"
+    except Exception:  # a fact we cannot read is simply absent
+        return None
+
+
+def is_conventional(state: RunState) -> bool:
+    """Whether the JUnit file is named ``<backend>.xml`` / ``<backend>-shard-I-of-N.xml``."""
+    if state.junit_path is None:
+        return False
+    try:
+        return state.junit_path.name == junit_name(state.backend, state.shard)
+    except ValueError:
+        return False
+
+
+def wanted(state: RunState) -> bool:
+    """A sidecar is written beside a conventional JUnit file or one of conformance tests."""
+    return state.junit_path is not None and (is_conventional(state) or state.conformance_collected)
+
+
+def process_facts(state: RunState) -> dict[str, Any]:
+    """Facts only the process that ran the tests knows (torch is imported there)."""
+    available, reason = availability(state.backend)
+    return {
+        "collected_ids": state.collected_ids,
+        "selected_ids": state.selected_ids,
+        "filtered_out": state.filtered_out,
+        "conformance_collected": state.conformance_collected,
+        "stale_expectations": state.stale_expectations,
+        "available": available,
+        "availability_reason": reason,
+        "device": provenance.device_name(state.backend),
+        "device_kind": device_kind(state.backend),
+        "versions": provenance.package_versions(),
+        "pinned": state.pinned,
+        **provenance.torch_build(),
+    }
+
+
+def document(
+    config: pytest.Config, state: RunState, *, finished: bool, exitstatus: int | None
+) -> dict[str, Any]:
+    """The sidecar's JSON document."""
+    facts = provenance.run_facts(state.backend, config.rootpath)
+    worker_facts = [report for report in state.worker_reports if report.get("collected_ids")]
+    if state.worker_reports:
+        process = worker_facts[0] if worker_facts else state.worker_reports[0]
+    elif finished:
+        process = process_facts(state)
+    else:
+        process = {}
+    facts.update({key: value for key, value in process.items() if value is not None})
+    facts["devices"] = sorted(
+        {str(report["device"]) for report in state.worker_reports if report.get("device")}
+    )
+    return {
+        "format": SIDECAR_FORMAT,
+        "backend": state.backend,
+        "shard": None if state.shard is None else str(state.shard),
+        "shard_algorithm": state.shard_algorithm,
+        "selection": state.selection,
+        "selection_reason": state.selection_reason,
+        "junit": None if state.junit_path is None else state.junit_path.name,
+        "run_id": state.run_id,
+        "started": state.started,
+        "finished_at": now() if finished else None,
+        "finished": finished,
+        "exitstatus": exitstatus,
+        "args": [str(argument) for argument in config.invocation_params.args],
+        "xdist_workers": len(state.worker_reports),
+        "expectations_file": relative(state.expectations_file, config.rootpath),
+        **facts,
+    }
+
+
+def write(config: pytest.Config, state: RunState, **kwargs: Any) -> None:
+    """Write the sidecar atomically beside the JUnit file."""
+    assert state.junit_path is not None
+    text = json.dumps(document(config, state, **kwargs), indent=2) + "\n"
+    state.junit_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(sidecar_path(state.junit_path), text)
+
+
+def stamp_junit_suite(config: pytest.Config, state: RunState) -> None:
+    """Name the controller's JUnit suite ``mla-<backend>`` and add run properties to it."""
+    try:
+        from _pytest.junitxml import xml_key
+    except ImportError:
+        return
+    log_xml = config.stash.get(xml_key, None)
+    if log_xml is None:
+        return
+    if getattr(log_xml, "suite_name", None) == "pytest":
+        log_xml.suite_name = f"mla-{state.backend}"
+    log_xml.add_global_property("backend", state.backend)
+    log_xml.add_global_property("shard", "" if state.shard is None else str(state.shard))
+    log_xml.add_global_property("selection", state.selection)
+    log_xml.add_global_property("run_id", state.run_id)
+
+
+def seal(state: RunState) -> None:
+    """Add the sha256 of the finished JUnit file to this run's sidecar (if both exist)."""
+    assert state.junit_path is not None
+    companion = sidecar_path(state.junit_path)
+    try:
+        document = json.loads(companion.read_text(encoding="utf-8"))
+        data = state.junit_path.read_bytes()
+    except (OSError, ValueError):
+        return  # no JUnit file (or sidecar) to seal; the sign-off names what is missing
+    if not isinstance(document, dict) or document.get("run_id") != state.run_id:
+        return
+    document["junit_sha256"] = hashlib.sha256(data).hexdigest()
+    atomic_write_text(companion, json.dumps(document, indent=2) + "\n")
