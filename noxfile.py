@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from conformance.ci import installer, sessions  # noqa: E402
 from conformance.harness.gpu_pinning import gpu_count  # noqa: E402
+from conformance.harness.plugins_env import install_plugins  # noqa: E402
 from conformance.harness.sharding import DURATIONS_FILE, junit_name  # noqa: E402
 
 nox.needs_version = ">=2025.02.09"
@@ -59,6 +60,8 @@ def _install(session: nox.Session, requirements: str) -> None:
     if session.venv_backend == "uv":
         env = installer.uv_environment(installer.pip_settings(), os.environ)
     session.install("-r", requirements, env=env, silent=False)
+    # Third-party backends named in MLA_CONFORMANCE_PLUGINS (docs/plugins.md).
+    install_plugins(lambda *plugins: session.install(*plugins, env=env, silent=False))
 
 
 def _python(session: nox.Session) -> str:
