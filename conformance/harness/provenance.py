@@ -71,8 +71,16 @@ def _run_git(arguments: list[str], cwd: Path) -> str | None:
 
 
 def git_facts(cwd: Path) -> dict[str, Any]:
-    """``git_commit`` (``git rev-parse HEAD``) and ``git_dirty`` of the checkout at ``cwd``."""
-    commit = _run_git(["rev-parse", "HEAD"], cwd) or os.environ.get(GIT_COMMIT_ENV) or None
+    """``git_commit`` and ``git_dirty`` of the checkout at ``cwd``.
+
+    ``MLA_CONFORMANCE_GIT_COMMIT`` wins over ``git rev-parse HEAD``: whoever copied the tree
+    to a machine names the commit it holds, and git metadata travelling with such a copy may
+    be older than its files (then ``git_dirty`` is unknown).
+    """
+    named = os.environ.get(GIT_COMMIT_ENV)
+    if named:
+        return {"git_commit": named, "git_dirty": None}
+    commit = _run_git(["rev-parse", "HEAD"], cwd)
     status = _run_git(["status", "--porcelain", "--untracked-files=no"], cwd)
     return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
 
