@@ -8,10 +8,9 @@ the run and the peers' status.
 
 from __future__ import annotations
 
-import os
-
 import hashlib
 import json
+import os
 import platform
 import subprocess
 from collections.abc import Sequence
