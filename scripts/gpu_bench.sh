@@ -18,9 +18,8 @@ else
   out=${OUT:?usage: scripts/gpu_bench.sh [OUTDIR] [benchmark arguments...] (OUTDIR defaults to \$OUT)}
 fi
 [ $# -gt 0 ] || set -- --quick
-cd "$(dirname "$0")/.."
-mkdir -p "$out"
-exec > >(tee "$out/log.txt") 2>&1
+. "$(dirname "$0")/gpu_common.sh"
+gpu_begin "$out"
 export PYTHONUNBUFFERED=1
 started=$(date +%s)
 
