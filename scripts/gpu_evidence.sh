@@ -16,9 +16,8 @@ set -uo pipefail
 out=${1:?usage: scripts/gpu_evidence.sh OUTDIR [--no-bench]}
 bench=1
 [ "${2:-}" = "--no-bench" ] && bench=0
-. "$(dirname "$0")/gpu_common.sh"
-gpu_begin "$out"
-export PYTHONUNBUFFERED=1 MLA_CONFORMANCE_BACKEND=cuda
+. "$(dirname "$0")/gpu_begin.sh" "$out"
+export MLA_CONFORMANCE_BACKEND=cuda
 
 . scripts/carried_wheels.sh
 

@@ -12,9 +12,8 @@
 #   MLA_CONFORMANCE_GIT_COMMIT=<sha> scripts/gpu_flashinfer.sh [OUTDIR]
 set -uo pipefail
 out=${1:-${OUT:?usage: scripts/gpu_flashinfer.sh OUTDIR (or set OUT)}}
-. "$(dirname "$0")/gpu_common.sh"
-gpu_begin "$out"
-export PYTHONUNBUFFERED=1 MLA_CONFORMANCE_BACKEND=flashinfer
+. "$(dirname "$0")/gpu_begin.sh" "$out"
+export MLA_CONFORMANCE_BACKEND=flashinfer
 
 . scripts/carried_wheels.sh
 jit=$(mktemp -d /tmp/flashinfer-jit.XXXXXX)

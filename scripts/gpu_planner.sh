@@ -12,9 +12,8 @@ set -uo pipefail
 out=${1:?usage: scripts/gpu_planner.sh OUTDIR [--no-conformance]}
 conformance=1
 [ "${2:-}" = "--no-conformance" ] && conformance=0
-. "$(dirname "$0")/gpu_common.sh"
-gpu_begin "$out"
-export PYTHONUNBUFFERED=1 MLA_PLANNER_FUZZ=${MLA_PLANNER_FUZZ:-2000}
+. "$(dirname "$0")/gpu_begin.sh" "$out"
+export MLA_PLANNER_FUZZ=${MLA_PLANNER_FUZZ:-2000}
 start=$(date +%s)
 
 . scripts/carried_wheels.sh
