@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from benchmarks.table import Column, fixed_width_table
+from benchmarks.table import fixed_width_table
 from conformance.persistent import plan_persistent_decode
 
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fnuz, "fp8fn": torch.float8_e4m3fn}
@@ -85,22 +85,16 @@ def bench_planner(
     return rows
 
 
-COLUMNS: tuple[Column, ...] = (
-    ("arch", "arch", 7, ""),
-    ("H", "num_heads_q", 4, ""),
-    ("B", "batch_size", 5, ""),
-    ("S", "max_seqlen_qo", 2, ""),
-    ("tiles", "num_tiles", 6, ""),
-    ("works", "num_works", 6, ""),
-    ("partials", "num_partials", 8, ""),
-    ("median ms", "median_ms", 10, ".2f"),
-    ("min ms", "min_ms", 8, ".2f"),
+TITLES = "arch|H|B|S|tiles|works|partials|median ms|min ms".split("|")
+ROW_FORMAT = (
+    "{arch:>7} {num_heads_q:>4} {batch_size:>5} {max_seqlen_qo:>2} {num_tiles:>6} {num_works:>6} "
+    "{num_partials:>8} {median_ms:>10.2f} {min_ms:>8.2f}"
 )
 
 
 def format_table(rows: Sequence[dict[str, object]]) -> str:
     """A fixed-width text table of `bench_planner` rows."""
-    return fixed_width_table(COLUMNS, rows)
+    return fixed_width_table(TITLES, ROW_FORMAT, rows)
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, object]]:

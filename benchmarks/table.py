@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from string import Formatter
 from typing import Any
 
-Column = tuple[str, str, int, str]
-"""``(title, row key, width, format)``: e.g. ``("median ms", "median_ms", 10, ".2f")``."""
 
+def fixed_width_table(
+    titles: Sequence[str], row_format: str, rows: Sequence[Mapping[str, Any]]
+) -> str:
+    """A header, a rule and one line per row.
 
-def fixed_width_table(columns: Sequence[Column], rows: Sequence[Mapping[str, Any]]) -> str:
-    """A header, a rule and one line per row; every cell right-aligned to its column's width."""
-    header = " ".join(f"{title:>{width}}" for title, _, width, _ in columns)
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        lines.append(" ".join(f"{row[key]:>{width}{spec}}" for _, key, width, spec in columns))
-    return "\n".join(lines)
+    `row_format` formats one row (``str.format_map``): one ``{key:>WIDTH...}`` field per
+    column, separated by single spaces; `titles` head the columns, right-aligned to the same
+    widths.
+    """
+    widths = []
+    for _, key, spec, _ in Formatter().parse(row_format):
+        if key is not None:
+            width = re.match(r">(\d+)", spec or "")
+            if width is None:
+                raise ValueError(f"row format field {{{key}:{spec}}}: no right-aligned width")
+            widths.append(int(width.group(1)))
+    if len(widths) != len(titles):
+        raise ValueError(f"{len(titles)} titles for the {len(widths)} fields of the row format")
+    header = " ".join(f"{title:>{width}}" for title, width in zip(titles, widths, strict=True))
+    return "\n".join([header, "-" * len(header), *(row_format.format_map(r) for r in rows)])
