@@ -210,8 +210,9 @@ class Backend(ABC):
     kv_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.bfloat16,)
     """Paged-cache dtypes its decode takes (fp8: per-tensor ``kv_scale``)."""
     numerics: ClassVar[str] = "fp32-reference"
-    """How its decode computes: ``fp32-reference`` or ``tensor-core`` (bf16 dot operands);
-    selects the tolerance (conformance/numerics/tolerances.py)."""
+    """How its decode computes: ``fp32-reference``, ``tensor-core`` (bf16 dot operands) or
+    ``dequant-bf16`` (fp8 KV dequantised to bf16 before the dots); selects the tolerance
+    (conformance/numerics/tolerances.py)."""
     device_kind: ClassVar[str] = "cpu"
     """The kind of device its decode needs: ``cpu``, ``cuda`` or ``rocm``; the sign-off checks
     every run's provenance against it."""

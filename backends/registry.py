@@ -58,12 +58,24 @@ def get_backend(name: str) -> Backend:
         raise ValueError(
             f"backend {target} is registered as {name!r} but names itself {backend.name!r}"
         )
+    problems = backend.check_declaration()
+    if problems:
+        raise ValueError(
+            f"backend {name!r} ({target}) declares itself wrongly: {'; '.join(problems)}"
+        )
     return backend
 
 
 def available_backends() -> list[str]:
     """Names of the backends that can run on this machine."""
-    return [n for n in backend_names() if get_backend(n).availability().available]
+    return [n for n in backend_names() if _can_run(n)]
+
+
+def _can_run(name: str) -> bool:
+    try:
+        return bool(get_backend(name).availability().available)
+    except Exception:  # a plug-in that does not load cannot run here
+        return False
 
 
 def layer_protocols() -> dict[str, frozenset[str]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from types import ModuleType
 
@@ -56,4 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     if command not in SUBCOMMANDS:
         command = None
     args = build_parser(command).parse_args(argv)
-    return int(_import(args.command).main(args))
+    try:
+        return int(_import(args.command).main(args))
+    except BrokenPipeError:  # the reader went away (``| head -1``): nothing left to say
+        _silence_stdout()
+        return 0
+
+
+def _silence_stdout() -> None:
+    """Send the rest of the output, and the interpreter's final flush, nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

@@ -51,6 +51,8 @@ def _availability(name: str) -> Availability:
         backend = get_backend(name)
     except KeyError as exc:
         raise pytest.UsageError(str(exc.args[0])) from None
+    except Exception as exc:  # a plug-in that does not load or declares itself wrongly
+        raise pytest.UsageError(f"backend {name!r}: {type(exc).__name__}: {exc}") from None
     try:
         return backend.availability()
     except Exception as exc:  # an availability probe must never crash collection

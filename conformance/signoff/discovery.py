@@ -35,7 +35,8 @@ def _backend_of(path: Path, *, known_backends: Collection[str]) -> str:
         raise SignoffInputError(
             path,
             f"backend {backend!r} is unknown (known: {', '.join(sorted(known_backends))}); "
-            f"its results are not counted",
+            f"its results are not counted (a plug-in backend? install it where the sign-off "
+            f"runs: MLA_CONFORMANCE_PLUGINS, docs/plugins.md)",
         )
     return backend
 

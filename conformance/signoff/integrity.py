@@ -136,6 +136,28 @@ def _sidecar_claims(run: RunReport, backend: str) -> list[str]:
     return issues
 
 
+# Every passed golden decode comparison records its error figures as testcase properties.
+FIGURED_TEST = "test_decode_matches_golden"
+FIGURE_PROPERTY = "out_max_abs_err"
+
+
+def _figure_issues(run: RunReport) -> list[str]:
+    """Passed decode comparisons without their error figures: not what the harness writes."""
+    bare = [
+        case.node_id
+        for case in run.cases
+        if case.outcome is Outcome.PASSED
+        and f"::{FIGURED_TEST}" in case.node_id
+        and FIGURE_PROPERTY not in case.properties
+    ]
+    if not bare:
+        return []
+    return [
+        f"{run.path.name}: {len(bare)} passed numerics case(s) carry no error figures "
+        f"({FIGURE_PROPERTY}), which every real comparison records (e.g. {bare[0]})"
+    ]
+
+
 def integrity_issues(
     backend_input: BackendInput,
     *,
@@ -166,6 +188,7 @@ def integrity_issues(
         ran = any(case.outcome in RAN for case in run.cases)
         if kind_issue and ran:  # a run that ran nothing claims no device
             issues.append(kind_issue)
+        issues += _figure_issues(run)
         recorded_ids = run.sidecar.get("collected_ids")
         if collected is not None and recorded_ids is not None:
             if len(recorded_ids) != len(collected) or set(recorded_ids) != set(collected):

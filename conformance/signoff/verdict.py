@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from conformance.harness.expectations import Expectation
 from conformance.signoff.classify import classify, stale_expectations, unavailable_reason
 from conformance.signoff.completeness import check_completeness
-from conformance.signoff.integrity import integrity_issues
+from conformance.signoff.integrity import FIGURED_TEST, integrity_issues
 from conformance.signoff.model import (
     BackendInput,
     BackendResult,
@@ -98,6 +98,13 @@ def evaluate_backend(
         status, reason = Status.INCOMPLETE, "the reports hold no tests"
     elif not counts[Outcome.PASSED.value]:
         status, reason = Status.INCOMPLETE, f"no test passed ({_summary(counts)})"
+    elif _numerics_never_ran(cases):
+        status = Status.INCOMPLETE
+        reason = (
+            "the numerics contract did not run: no golden decode comparison passed "
+            f"({_summary(outcome_counts(c for c in cases if f'::{FIGURED_TEST}' in c.node_id))}); "
+            "check the backend's declared q_dtypes and kv_dtypes"
+        )
     else:
         status, reason = Status.PASS, _summary(counts)
     if backend_input.stale and status != Status.STALE:
@@ -114,6 +121,12 @@ def evaluate_backend(
         warnings,
         stale,
     )
+
+
+def _numerics_never_ran(cases: Sequence[CaseResult]) -> bool:
+    """Golden decode comparisons were reported, and not one passed (all not applicable, say)."""
+    numerics = [case for case in cases if f"::{FIGURED_TEST}" in case.node_id]
+    return bool(numerics) and not any(case.outcome is Outcome.PASSED for case in numerics)
 
 
 def stale_reason(backend_input: BackendInput) -> str:

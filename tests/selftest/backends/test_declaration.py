@@ -84,3 +84,23 @@ def test_shipped_backends_declare_validly(name: str) -> None:
     assert backend.check_declaration() == [], backend.declaration()
     planned = name in ("cpu", "interpret", "cuda", "rocm")
     assert (backend.plan_format == AITER_V1) is planned
+
+
+class NoQDtypes(Minimal):
+    """BROKEN: claims no q dtype, so every numerics case would be 'not applicable'."""
+
+    name: ClassVar[str] = "no_q_dtypes"
+    q_dtypes: ClassVar[tuple[torch.dtype, ...]] = ()
+
+
+def test_the_registry_refuses_a_backend_that_declares_itself_wrongly(monkeypatch) -> None:
+    target = f"{__name__}:NoQDtypes"
+    monkeypatch.setitem(registry.BUILTIN_BACKENDS, "no_q_dtypes", target)
+    monkeypatch.setattr(registry, "_load", lambda _: NoQDtypes)
+    registry.get_backend.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"'no_q_dtypes'.*declares itself wrongly: q_dtypes"):
+            registry.get_backend("no_q_dtypes")
+        assert "no_q_dtypes" not in registry.available_backends()
+    finally:
+        registry.get_backend.cache_clear()

@@ -53,3 +53,18 @@ def test_backends_without_torch_says_what_is_missing() -> None:
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.splitlines()
     assert "has no Python package 'torch'" in line and "requirements/cpu.txt" in line
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for command in (["backends", "--json"], ["audit", "--format", "sarif", "conformance"]):
+        run = subprocess.run(
+            f"{sys.executable} -m conformance {' '.join(command)} | head -c 5",
+            shell=True, capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        assert "Traceback" not in run.stderr, run.stderr
+        assert "BrokenPipeError" not in run.stderr, run.stderr
