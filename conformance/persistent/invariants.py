@@ -26,6 +26,7 @@ reference planner's, a foreign backend's) and returns every violation it finds;
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -36,7 +37,24 @@ from conformance.persistent.invariant_state import PlanViolation, ints
 from conformance.persistent.invariant_works import WorkChecks
 from conformance.persistent.plan import WorkPlan
 
-__all__ = ["PlanViolation", "assert_plan_invariants", "check_plan"]
+__all__ = ["PlanViolation", "assert_plan_invariants", "check_inputs", "check_plan"]
+
+BATCH_KEYWORDS: tuple[str, ...] = (
+    "qo_indptr",
+    "kv_indptr",
+    "kv_last_page_lens",
+    "page_size",
+    "causal",
+)
+"""The keywords `check_plan` requires: the batch a plan is checked against."""
+SCALAR_KEYWORDS: tuple[str, ...] = (
+    "max_seqlen_qo",
+    "uni_seqlen_qo",
+    "kv_granularity",
+    "max_split_per_batch",
+    "num_cus",
+)
+"""Its optional keywords, read from ``plan.params`` when not given."""
 
 
 class _Checker(WorkChecks, ReduceChecks):
@@ -102,6 +120,12 @@ def check_plan(
     checker.check_budget_bounds()
     order = {f"I{i}": i for i in range(1, 12)}
     return sorted(checker.out, key=lambda v: order.get(v.invariant, 99))
+
+
+def check_inputs(call: Mapping[str, Any], *, scalars: bool = False) -> dict[str, Any]:
+    """The `check_plan` keywords of a planner call: its batch (`BATCH_KEYWORDS`), and with
+    `scalars` also `SCALAR_KEYWORDS` (else `check_plan` reads them from ``plan.params``)."""
+    return {key: call[key] for key in BATCH_KEYWORDS + (SCALAR_KEYWORDS if scalars else ())}
 
 
 def assert_plan_invariants(plan: WorkPlan, **inputs: Any) -> None:
