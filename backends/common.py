@@ -123,19 +123,23 @@ class MLACommonBuilder(MetadataBuilder):
         nd, npf, ndt, npt = split_decodes_and_prefills(
             cam, threshold, require_uniform=threshold > 1
         )
-        decode = self._build_decode(decode_view(cam, nd)) if nd else None
-        prefill = self._build_prefill(prefill_view(cam, nd)) if npf else None
         return MLAMetadata(
-            **carried(cam, "num_reqs", "num_actual_tokens", "max_query_len", "max_seq_len"),
-            query_start_loc=cam.query_start_loc,
-            slot_mapping=cam.slot_mapping,
+            **carried(
+                cam,
+                "num_reqs",
+                "num_actual_tokens",
+                "max_query_len",
+                "max_seq_len",
+                "query_start_loc",
+                "slot_mapping",
+            ),
             num_decodes=nd,
             num_decode_tokens=ndt,
             num_prefills=npf,
             num_prefill_tokens=npt,
             head_dim=self.head_dim,
-            decode=decode,
-            prefill=prefill,
+            decode=self._build_decode(decode_view(cam, nd)) if nd else None,
+            prefill=self._build_prefill(prefill_view(cam, nd)) if npf else None,
         )
 
     # -- prefill ---------------------------------------------------------------------

@@ -84,17 +84,18 @@ def check_plan(
     are checked when ``check_budget`` and the granularity and split cap are known; pass
     ``check_budget=False`` for a backend with a different scheduler.
     """
-    params = plan.params
-
-    def pick(value: Any, key: str) -> Any:
-        return value if value is not None else params.get(key)
-
     qo, kv, last = ints(qo_indptr), ints(kv_indptr), ints(kv_last_page_lens)
     if len(kv) < 2 or len(qo) != len(kv) or len(last) != len(kv) - 1:
         raise PlanError(
             f"kv_indptr: check_plan needs qo_indptr and kv_indptr of one length >= 2 and "
             f"kv_last_page_lens one shorter; found lengths {len(qo)}, {len(kv)}, {len(last)}"
         )
+    given = {  # None: read from the plan's params
+        "uni_seqlen_qo": uni_seqlen_qo,
+        "kv_granularity": kv_granularity,
+        "max_split_per_batch": max_split_per_batch,
+        "num_cus": num_cus,
+    }
     checker = _Checker(
         plan,
         qo=qo,
@@ -103,11 +104,8 @@ def check_plan(
         page_size=page_size,
         causal=bool(causal),
         max_seqlen_qo=max_seqlen_qo if max_seqlen_qo is not None else plan.max_seqlen_qo,
-        uni_seqlen_qo=pick(uni_seqlen_qo, "uni_seqlen_qo"),
-        kv_granularity=pick(kv_granularity, "kv_granularity"),
-        max_split_per_batch=pick(max_split_per_batch, "max_split_per_batch"),
-        num_cus=pick(num_cus, "num_cus"),
         check_budget=check_budget,
+        **{key: plan.params.get(key) if value is None else value for key, value in given.items()},
     )
     checker.check_work_indptr()
     checker.collect_tiles()

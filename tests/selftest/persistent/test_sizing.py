@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from conformance.errors import PlanError
-from conformance.persistent import (
+from conformance.persistent import plan_persistent_decode
+from conformance.persistent.sizing import (
     UNWRITTEN,
     allocate_metadata_buffers,
     metadata_buffer_sizes,
-    plan_persistent_decode,
 )
 
 pytestmark = pytest.mark.selftest
