@@ -248,18 +248,18 @@ class AiterStandin(DecodeStandin):
             raise StandinLimitation("only the dense fast-mode (v1.2) planner is modelled")
         if mla_version != MLA_VERSION_V32:
             raise StandinLimitation(f"mla_version={mla_version}: only V32 is modelled")
-        planned = dict(
-            num_heads_q=num_heads_per_head_k * num_heads_k,
-            uni_seqlen_qo=uni_seqlen_qo,
-            page_size=page_size,
-            kv_granularity=kv_granularity,
-            causal=is_causal,
-            max_split_per_batch=max_split_per_batch,
-            q_dtype=q_dtype,
-            kv_dtype=kv_dtype,
-            arch=self.arch,
-            num_cus=self.num_cus,
-        )
+        planned: dict[str, Any] = {
+            "num_heads_q": num_heads_per_head_k * num_heads_k,
+            "uni_seqlen_qo": uni_seqlen_qo,
+            "page_size": page_size,
+            "kv_granularity": kv_granularity,
+            "causal": is_causal,
+            "max_split_per_batch": max_split_per_batch,
+            "q_dtype": q_dtype,
+            "kv_dtype": kv_dtype,
+            "arch": self.arch,
+            "num_cus": self.num_cus,
+        }
         inputs = (seqlens_qo_indptr, seqlens_kv_indptr, kv_last_page_lens)
         if max_seqlen_qo >= 1:
             plan = plan_persistent_decode(*inputs, max_seqlen_qo=max_seqlen_qo, **planned)

@@ -46,6 +46,13 @@ def ids(found: list[PlanViolation]) -> set[str]:
     return {v.invariant for v in found}
 
 
+def only_violation(plan: WorkPlan, args: dict[str, Any], invariant: str) -> PlanViolation:
+    """The first violation of `plan`, which must break `invariant` and no other."""
+    found = violations(plan, args)
+    assert ids(found) == {invariant}, [str(v) for v in found]
+    return found[0]
+
+
 def set_work(plan: WorkPlan, work: int, **fields: int) -> None:
     columns = {
         "batch_idx": 0,
@@ -121,10 +128,9 @@ def test_causal_over_trim_is_rejected_by_i4() -> None:
 def test_wrong_kv_offset_is_rejected_by_i5() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     set_work(plan, 0, kv_offset=391)
-    found = violations(plan, EXAMPLE_1)
-    assert ids(found) == {"I5"}
-    assert found[0].work == 0 and found[0].fields == ("kv_offset",)
-    assert "kv_offset=391, expected 392" in found[0].message
+    found = only_violation(plan, EXAMPLE_1, "I5")
+    assert found.work == 0 and found.fields == ("kv_offset",)
+    assert "kv_offset=391, expected 392" in found.message
 
 
 def test_wrong_kv_offset_with_pages_is_rejected_by_i5() -> None:
@@ -153,33 +159,30 @@ def test_overlapping_partial_rows_are_rejected_by_i8() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     set_work(plan, 3, partial_qo_loc=1)  # batch 2's first split reuses batch 0's row 1
     plan.reduce_partial_map[2] = 1
-    found = violations(plan, EXAMPLE_1)
-    assert ids(found) == {"I8"}
-    assert found[0].work == 3 and "overlap the rows of work 1" in found[0].message
+    found = only_violation(plan, EXAMPLE_1, "I8")
+    assert found.work == 3 and "overlap the rows of work 1" in found.message
 
 
 def test_partial_map_out_of_kv_order_is_rejected_by_i8() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     plan.reduce_partial_map[:2] = i32([1, 0])
-    found = violations(plan, EXAMPLE_1)
-    assert ids(found) == {"I8"} and "in kv order [0, 1]" in found[0].message
+    found = only_violation(plan, EXAMPLE_1, "I8")
+    assert "in kv order [0, 1]" in found.message
 
 
 def test_wrong_final_map_is_rejected_by_i9() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     plan.reduce_final_map[2] = i32([2, 4])
-    found = violations(plan, EXAMPLE_1)
-    assert ids(found) == {"I9"}
-    assert found[0].tile == 2 and found[0].fields == ("reduce_final_map",)
-    assert "[2, 4]" in found[0].message and "[2, 3]" in found[0].message
+    found = only_violation(plan, EXAMPLE_1, "I9")
+    assert found.tile == 2 and found.fields == ("reduce_final_map",)
+    assert "[2, 4]" in found.message and "[2, 3]" in found.message
 
 
 def test_unsplit_tile_with_a_partial_loc_is_rejected_by_i6() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     set_work(plan, 2, partial_qo_loc=8)
-    found = violations(plan, EXAMPLE_1)
-    assert ids(found) == {"I6"}
-    assert found[0].work == 2 and found[0].fields == ("partial_qo_loc",)
+    found = only_violation(plan, EXAMPLE_1, "I6")
+    assert found.work == 2 and found.fields == ("partial_qo_loc",)
 
 
 def test_split_tile_with_minus_one_loc_is_rejected_by_i6() -> None:
@@ -198,8 +201,8 @@ def test_broken_work_indptr_is_rejected_by_i1() -> None:
 def test_nonzero_padding_is_rejected_by_i1() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     set_work(plan, 4, padding=7)
-    found = violations(plan, EXAMPLE_1)
-    assert ids(found) == {"I1"} and found[0].work == 4
+    found = only_violation(plan, EXAMPLE_1, "I1")
+    assert found.work == 4
 
 
 def test_empty_program_before_busy_ones_is_rejected_by_i2() -> None:
