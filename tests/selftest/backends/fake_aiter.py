@@ -265,15 +265,15 @@ class AiterStandin(DecodeStandin):
             plan = plan_persistent_decode(*inputs, max_seqlen_qo=max_seqlen_qo, **planned)
         else:
             plan = self._plan_without_max_seqlen(inputs, planned)
-        self._write_plan(
-            plan,
-            work_metadata_ptrs=work_metadata_ptrs,
-            work_info_set=work_info_set,
-            work_indptr=work_indptr,
-            reduce_indptr=reduce_indptr,
-            reduce_final_map=reduce_final_map,
-            reduce_partial_map=reduce_partial_map,
-        )
+        buffers = {
+            "work_metadata_ptrs": work_metadata_ptrs,
+            "work_info_set": work_info_set,
+            "work_indptr": work_indptr,
+            "reduce_indptr": reduce_indptr,
+            "reduce_final_map": reduce_final_map,
+            "reduce_partial_map": reduce_partial_map,
+        }
+        self._write_plan(plan, buffers)
 
     def _plan_without_max_seqlen(
         self, inputs: tuple[torch.Tensor, ...], planned: dict[str, Any]
@@ -300,7 +300,7 @@ class AiterStandin(DecodeStandin):
             data = data[:room]
         flat[offset : offset + data.numel()] = data
 
-    def _write_plan(self, plan: WorkPlan, **buffers: torch.Tensor) -> None:
+    def _write_plan(self, plan: WorkPlan, buffers: dict[str, torch.Tensor]) -> None:
         """The planner's writes, into whatever tensors sit in the buffer positions."""
         pointers = [buffers["work_indptr"].data_ptr(), buffers["work_info_set"].data_ptr()]
         self._store(
