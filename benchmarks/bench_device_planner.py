@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.table import fixed_width_table
+
 CHAIN = 50  # plans per graph for the per-plan time
 REPLAYS = 20
 
@@ -147,21 +149,18 @@ def bench_case(
     }
 
 
+TITLES = "B|H|tiles|works|plan µs|1-plan µs|host µs|step µs|decode µs|ratio".split("|")
+ROW_FORMAT = (
+    "{batch_size:>5} {num_heads_q:>4} {num_tiles:>6} {num_works:>6} "
+    "{planner_us_per_plan_in_graph:>8.2f} {planner_us_one_plan_graph_replay:>9.2f} "
+    "{host_reference_planner_us:>8.0f} {step_us:>9.1f} {decode_alone_us:>9.1f} "
+    "{step_over_decode:>6.3f}"
+)
+
+
 def format_table(rows: Sequence[dict]) -> str:
-    header = (
-        f"{'B':>5} {'H':>4} {'tiles':>6} {'works':>6} {'plan µs':>8} {'1-plan µs':>9} "
-        f"{'host µs':>8} {'step µs':>9} {'decode µs':>9} {'ratio':>6}"
-    )
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(
-            f"{r['batch_size']:>5} {r['num_heads_q']:>4} {r['num_tiles']:>6} {r['num_works']:>6} "
-            f"{r['planner_us_per_plan_in_graph']:>8.2f} "
-            f"{r['planner_us_one_plan_graph_replay']:>9.2f} "
-            f"{r['host_reference_planner_us']:>8.0f} {r['step_us']:>9.1f} "
-            f"{r['decode_alone_us']:>9.1f} {r['step_over_decode']:>6.3f}"
-        )
-    return "\n".join(lines)
+    """A fixed-width text table of `bench_device_planner` rows."""
+    return fixed_width_table(TITLES, ROW_FORMAT, rows)
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict]:

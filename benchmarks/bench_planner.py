@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
+from benchmarks.table import fixed_width_table
 from conformance.persistent import plan_persistent_decode
 
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fnuz, "fp8fn": torch.float8_e4m3fn}
@@ -84,20 +85,16 @@ def bench_planner(
     return rows
 
 
+TITLES = "arch|H|B|S|tiles|works|partials|median ms|min ms".split("|")
+ROW_FORMAT = (
+    "{arch:>7} {num_heads_q:>4} {batch_size:>5} {max_seqlen_qo:>2} {num_tiles:>6} {num_works:>6} "
+    "{num_partials:>8} {median_ms:>10.2f} {min_ms:>8.2f}"
+)
+
+
 def format_table(rows: Sequence[dict[str, object]]) -> str:
     """A fixed-width text table of `bench_planner` rows."""
-    header = (
-        f"{'arch':>7} {'H':>4} {'B':>5} {'S':>2} {'tiles':>6} {'works':>6} "
-        f"{'partials':>8} {'median ms':>10} {'min ms':>8}"
-    )
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(
-            f"{r['arch']:>7} {r['num_heads_q']:>4} {r['batch_size']:>5} {r['max_seqlen_qo']:>2} "
-            f"{r['num_tiles']:>6} {r['num_works']:>6} {r['num_partials']:>8} "
-            f"{r['median_ms']:>10.2f} {r['min_ms']:>8.2f}"
-        )
-    return "\n".join(lines)
+    return fixed_width_table(TITLES, ROW_FORMAT, rows)
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, object]]:

@@ -18,10 +18,7 @@ else
   out=${OUT:?usage: scripts/gpu_bench.sh [OUTDIR] [benchmark arguments...] (OUTDIR defaults to \$OUT)}
 fi
 [ $# -gt 0 ] || set -- --quick
-cd "$(dirname "$0")/.."
-mkdir -p "$out"
-exec > >(tee "$out/log.txt") 2>&1
-export PYTHONUNBUFFERED=1
+. "$(dirname "$0")/gpu_begin.sh" "$out"
 started=$(date +%s)
 
 if ls .whl/*.whl >/dev/null 2>&1; then

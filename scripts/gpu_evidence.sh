@@ -16,39 +16,12 @@ set -uo pipefail
 out=${1:?usage: scripts/gpu_evidence.sh OUTDIR [--no-bench]}
 bench=1
 [ "${2:-}" = "--no-bench" ] && bench=0
-cd "$(dirname "$0")/.."
-mkdir -p "$out"
-exec > >(tee "$out/log.txt") 2>&1
-export PYTHONUNBUFFERED=1 MLA_CONFORMANCE_BACKEND=cuda
+. "$(dirname "$0")/gpu_begin.sh" "$out"
+export MLA_CONFORMANCE_BACKEND=cuda
 
 . scripts/carried_wheels.sh
 
-python3 - "$out/machine.json" <<'PY'
-import json, os, platform, subprocess, sys
-import torch
-commit = os.environ.get("MLA_CONFORMANCE_GIT_COMMIT") or "unknown"
-info = {"backend": "cuda", "source": f"scripts/gpu_evidence.sh at commit {commit}",
-        "git_commit": commit, "python": platform.python_version(),
-        "torch": torch.__version__, "cuda_runtime": torch.version.cuda}
-try:
-    import triton
-    info["triton"] = triton.__version__
-except ImportError as exc:
-    info["triton"] = f"not importable: {exc}"
-if torch.cuda.is_available():
-    props = torch.cuda.get_device_properties(0)
-    info.update(device=props.name, sm_count=props.multi_processor_count,
-                capability=f"{props.major}.{props.minor}",
-                memory_gib=round(props.total_memory / 2**30, 1))
-try:
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
-                          "--format=csv,noheader"], capture_output=True, text=True)
-    info["nvidia_smi"] = smi.stdout.strip() or smi.stderr.strip()
-except OSError as exc:
-    info["nvidia_smi"] = f"not runnable: {exc}"
-json.dump(info, open(sys.argv[1], "w"), indent=2)
-print(json.dumps(info, indent=2))
-PY
+python3 scripts/machine_info.py "$out/machine.json" cuda scripts/gpu_evidence.sh
 
 status=0
 # Into a new folder of its own under reports/ (a relative path, so the sidecar records no

@@ -12,10 +12,8 @@
 #   MLA_CONFORMANCE_GIT_COMMIT=<sha> scripts/gpu_flashinfer.sh [OUTDIR]
 set -uo pipefail
 out=${1:-${OUT:?usage: scripts/gpu_flashinfer.sh OUTDIR (or set OUT)}}
-cd "$(dirname "$0")/.."
-mkdir -p "$out"
-exec > >(tee "$out/log.txt") 2>&1
-export PYTHONUNBUFFERED=1 MLA_CONFORMANCE_BACKEND=flashinfer
+. "$(dirname "$0")/gpu_begin.sh" "$out"
+export MLA_CONFORMANCE_BACKEND=flashinfer
 
 . scripts/carried_wheels.sh
 jit=$(mktemp -d /tmp/flashinfer-jit.XXXXXX)
@@ -25,25 +23,8 @@ export TVM_FFI_CACHE_DIR=${TVM_FFI_CACHE_DIR:-$jit/tvm-ffi}
 ninja_dir=$(python3 -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null) \
   && export PATH=$ninja_dir:$PATH || echo "ninja not importable: FlashInfer's JIT may fail"
 
-python3 - "$out/versions.json" <<'PY'
-import json, os, platform, sys
-import torch
-commit = os.environ.get("MLA_CONFORMANCE_GIT_COMMIT") or "unknown"
-info = {"backend": "flashinfer", "source": f"scripts/gpu_flashinfer.sh at commit {commit}",
-        "git_commit": commit, "python": platform.python_version(),
-        "torch": torch.__version__, "cuda_runtime": torch.version.cuda}
-try:
-    import flashinfer
-    info["flashinfer"] = getattr(flashinfer, "__version__", "unknown")
-except Exception as exc:  # reported, the run below says the backend is unavailable
-    info["flashinfer"] = f"not importable: {type(exc).__name__}: {exc}"
-if torch.cuda.is_available():
-    props = torch.cuda.get_device_properties(0)
-    info.update(device=props.name, sm_count=props.multi_processor_count,
-                capability=f"{props.major}.{props.minor}")
-json.dump(info, open(sys.argv[1], "w"), indent=2)
-print(json.dumps(info, indent=2))
-PY
+python3 scripts/machine_info.py "$out/versions.json" flashinfer \
+  scripts/gpu_flashinfer.sh
 
 status=0
 # Into a folder of its own under reports/ (a relative path: no machine path in the sidecar).

@@ -12,17 +12,11 @@ set -uo pipefail
 out=${1:?usage: scripts/gpu_planner.sh OUTDIR [--no-conformance]}
 conformance=1
 [ "${2:-}" = "--no-conformance" ] && conformance=0
-cd "$(dirname "$0")/.."
-mkdir -p "$out"
-exec > >(tee "$out/log.txt") 2>&1
-export PYTHONUNBUFFERED=1 MLA_PLANNER_FUZZ=${MLA_PLANNER_FUZZ:-2000}
+. "$(dirname "$0")/gpu_begin.sh" "$out"
+export MLA_PLANNER_FUZZ=${MLA_PLANNER_FUZZ:-2000}
 start=$(date +%s)
 
-if ls .whl/*.whl >/dev/null 2>&1; then
-  site_dir=$(mktemp -d)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$site_dir" .whl/*.whl && export PYTHONPATH=$site_dir${PYTHONPATH:+:$PYTHONPATH}
-fi
+. scripts/carried_wheels.sh
 
 python3 - "$out/versions.json" <<'PY'
 import json, sys

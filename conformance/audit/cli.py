@@ -25,34 +25,22 @@ from conformance.audit.tree import AuditPathError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the audit's arguments to `parser` (used by ``python -m conformance audit``)."""
     add = parser.add_argument
+
+    def repeatable(flag: str, metavar: str, text: str) -> None:
+        """A flag that may be given again, its values collected in a list."""
+        add(flag, metavar=metavar, action="append", default=[], help=text)
+
     add("paths", metavar="PATH", nargs="+", help="source trees or .py files to audit")
     add("--format", choices=("text", "json", "sarif"), default="text", help="output format")
     add("--json", action="store_true", help="the same as --format json")
     add("--only", choices=AUDITS, help="run one audit")
     add("--select", metavar="CODES", help="comma-separated rule codes or prefixes to report")
     add("--ignore", metavar="CODES", help="comma-separated rule codes or prefixes to drop")
-    add(
-        "--per-file-ignores",
-        metavar="GLOB:CODES",
-        action="append",
-        default=[],
-        help="drop CODES in files matching GLOB (repeatable)",
-    )
-    add(
-        "--severity",
-        metavar="CODE=LEVEL",
-        action="append",
-        default=[],
-        help=f"set a rule's severity ({', '.join(SEVERITIES)}; repeatable)",
-    )
+    repeatable("--per-file-ignores", "GLOB:CODES", "drop CODES in files matching GLOB (repeatable)")
+    levels = ", ".join(SEVERITIES)
+    repeatable("--severity", "CODE=LEVEL", f"set a rule's severity ({levels}; repeatable)")
     add("--fail-on", choices=SEVERITIES, help="least severe level that exits 1 (default error)")
-    add(
-        "--exclude",
-        metavar="GLOB",
-        action="append",
-        default=[],
-        help="skip matching files and folders (repeatable)",
-    )
+    repeatable("--exclude", "GLOB", "skip matching files and folders (repeatable)")
     add(
         "--config",
         metavar="FILE",

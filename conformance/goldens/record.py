@@ -9,7 +9,6 @@ the `WorkPlan`, and a `DecodeMetadata` that feeds the golden plan to any backend
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
@@ -114,12 +113,14 @@ def poisoned_cache(
 
 @dataclass(frozen=True)
 class Golden:
-    """One verified golden: its case, tensors and metadata, with the feeding helpers."""
+    """One verified golden: its case and stored content, with the feeding helpers."""
 
     case: GoldenCase
-    path: Path
-    tensors: Mapping[str, torch.Tensor]
-    meta: Mapping[str, Any]
+    stored: StoredGolden
+
+    path = property(lambda self: self.stored.path, doc="The golden's file.")
+    tensors = property(lambda self: self.stored.tensors, doc="The golden's tensors by name.")
+    meta = property(lambda self: self.stored.meta, doc="The golden's metadata, from its file.")
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.tensors[name]
@@ -331,7 +332,7 @@ def golden_from_stored(stored: StoredGolden) -> Golden:
         f"tensor 'seq_lens': {tensors['seq_lens'].tolist()} differs from the case's "
         f"{list(case.seq_lens)}",
     )
-    return Golden(case=case, path=path, tensors=tensors, meta=meta)
+    return Golden(case=case, stored=stored)
 
 
 def load_golden(store: GoldenStore, case_id: str) -> Golden:

@@ -25,7 +25,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -157,14 +157,8 @@ class ManifestEntry:
     provenance: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready form (the id is the key it is stored under)."""
-        return {
-            "file": self.file,
-            "sha256": self.sha256,
-            "size": self.size,
-            "case": self.case,
-            "provenance": self.provenance,
-        }
+        """JSON-ready form: every field but the id (the key it is stored under)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "case_id"}
 
 
 @dataclass(frozen=True)

@@ -123,21 +123,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+_SAME_NAMED = tuple(
+    "junit_dir require release collect no_collect baseline expectations_dir".split()
+)
+"""The `SignoffOptions` fields that take the parsed argument of the same name."""
+
+
 def options_from(args: argparse.Namespace) -> SignoffOptions:
     """`SignoffOptions` from parsed arguments."""
     evidence = None if args.no_evidence else (args.evidence or args.reports / "evidence")
-    return SignoffOptions(
-        reports_dir=args.reports,
-        junit_dir=args.junit_dir,
-        require=args.require,
-        release=args.release,
-        evidence_dir=evidence,
-        collect=args.collect,
-        no_collect=args.no_collect,
-        baseline=args.baseline,
-        root=Path.cwd(),
-        expectations_dir=args.expectations_dir,
-    )
+    same = {name: getattr(args, name) for name in _SAME_NAMED}
+    return SignoffOptions(reports_dir=args.reports, evidence_dir=evidence, root=Path.cwd(), **same)
 
 
 def _say(text: str, *, error: bool = False) -> None:

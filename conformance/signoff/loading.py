@@ -210,17 +210,9 @@ def cases_of(root: Element, *, path: Path) -> list[CaseResult]:
             time = float(testcase.get("time") or 0.0)
         except ValueError:
             time = 0.0
-        outcome, message, detail = _raw_outcome(testcase)
-        case = CaseResult(
-            node_id=node_id,
-            family=properties.get("family") or family_of_node_id(node_id),
-            outcome=outcome,
-            message=message,
-            detail=detail,
-            properties=properties,
-            time=time,
-            source=path.name,
-        )
+        family = properties.get("family") or family_of_node_id(node_id)
+        # _raw_outcome gives the next three fields: outcome, message, detail
+        case = CaseResult(node_id, family, *_raw_outcome(testcase), properties, time, path.name)
         previous = by_id.get(node_id)
         by_id[node_id] = case if previous is None else _merge_case(previous, case)
     return list(by_id.values())

@@ -205,16 +205,21 @@ def _failures(document: dict[str, Any]) -> list[str]:
 
 
 def _not_applicable(document: dict[str, Any]) -> list[str]:
-    parts = []
-    for backend in document["backends"]:
-        cases = backend["not_applicable"]
-        if cases:
-            reasons = sorted({case["message"] for case in cases})
-            parts.append(
-                f"<details><summary>{escape(backend['backend'])}: {len(cases)} not applicable"
-                f"</summary>{_list(reasons)}</details>"
-            )
+    """Per backend with not-applicable tests: their count and reasons, folded."""
+    parts = [
+        _not_applicable_backend(backend["backend"], backend["not_applicable"])
+        for backend in document["backends"]
+        if backend["not_applicable"]
+    ]
     return ["<h2>Not applicable</h2>", *parts] if parts else []
+
+
+def _not_applicable_backend(name: str, cases: list[dict[str, Any]]) -> str:
+    reasons = sorted({case["message"] for case in cases})
+    return (
+        f"<details><summary>{escape(name)}: {len(cases)} not applicable"
+        f"</summary>{_list(reasons)}</details>"
+    )
 
 
 def render_html(document: dict[str, Any]) -> str:

@@ -103,16 +103,16 @@ def evaluate_backend(
     if backend_input.stale and status != Status.STALE:
         warnings.append(stale_reason(backend_input))
     return BackendResult(
-        backend=backend,
-        status=status,
-        required=required,
-        reason=reason,
-        input=backend_input,
-        cases=cases,
-        completeness=completeness,
-        issues=issues,
-        warnings=warnings,
-        stale_expectations=stale,
+        backend,
+        status,
+        required,
+        reason,
+        backend_input,
+        cases,
+        completeness,
+        issues,
+        warnings,
+        stale,
     )
 
 
