@@ -59,6 +59,11 @@ def paged_csr(
     return indptr.to(torch.int32), flat.to(torch.int32), last.to(torch.int32)
 
 
+def carried(cam: CommonAttentionMetadata, *fields: str) -> dict[str, Any]:
+    """The named fields of `cam`, as keywords of the metadata that carries them unchanged."""
+    return {name: getattr(cam, name) for name in fields}
+
+
 class MLACommonBuilder(MetadataBuilder):
     """Shared builder; a backend subclasses it to name its planner profile."""
 
@@ -118,22 +123,23 @@ class MLACommonBuilder(MetadataBuilder):
         nd, npf, ndt, npt = split_decodes_and_prefills(
             cam, threshold, require_uniform=threshold > 1
         )
-        decode = self._build_decode(decode_view(cam, nd)) if nd else None
-        prefill = self._build_prefill(prefill_view(cam, nd)) if npf else None
         return MLAMetadata(
-            num_reqs=cam.num_reqs,
-            num_actual_tokens=cam.num_actual_tokens,
-            max_query_len=cam.max_query_len,
-            max_seq_len=cam.max_seq_len,
-            query_start_loc=cam.query_start_loc,
-            slot_mapping=cam.slot_mapping,
+            **carried(
+                cam,
+                "num_reqs",
+                "num_actual_tokens",
+                "max_query_len",
+                "max_seq_len",
+                "query_start_loc",
+                "slot_mapping",
+            ),
             num_decodes=nd,
             num_decode_tokens=ndt,
             num_prefills=npf,
             num_prefill_tokens=npt,
             head_dim=self.head_dim,
-            decode=decode,
-            prefill=prefill,
+            decode=self._build_decode(decode_view(cam, nd)) if nd else None,
+            prefill=self._build_prefill(prefill_view(cam, nd)) if npf else None,
         )
 
     # -- prefill ---------------------------------------------------------------------
@@ -149,9 +155,7 @@ class MLACommonBuilder(MetadataBuilder):
         meta = PrefillMetadata(
             num_prefills=cam.num_reqs,
             num_prefill_tokens=cam.num_actual_tokens,
-            query_start_loc=cam.query_start_loc,
-            max_query_len=cam.max_query_len,
-            seq_lens=cam.seq_lens,
+            **carried(cam, "query_start_loc", "max_query_len", "seq_lens"),
             context_lens_cpu=context,
             block_table=cam.block_table_tensor,
             prefill_backend=self._prefill_backend,
@@ -192,11 +196,14 @@ class MLACommonBuilder(MetadataBuilder):
         meta = DecodeMetadata(
             num_decodes=cam.num_reqs,
             num_decode_tokens=cam.num_actual_tokens,
-            max_query_len=cam.max_query_len,
-            max_seq_len=cam.max_seq_len,
-            query_start_loc=cam.query_start_loc,
-            query_start_loc_cpu=cam.query_start_loc_cpu,
-            seq_lens=cam.seq_lens,
+            **carried(
+                cam,
+                "max_query_len",
+                "max_seq_len",
+                "query_start_loc",
+                "query_start_loc_cpu",
+                "seq_lens",
+            ),
             block_table=cam.block_table_tensor,
             kv_indptr=kv_indptr.to(self.device),
             kv_indices=kv_indices.to(self.device),

@@ -25,6 +25,7 @@ buffers), so a plan that misses rows fails loudly in any comparison.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -197,6 +198,9 @@ def execute_plan(
     part_lse = torch.full((p_rows, heads_v), nan)
     written = torch.zeros(p_rows, dtype=torch.bool)
 
+    gather = functools.partial(
+        gather_csr_kv, cache, kv_indptr=kv_indptr, kv_indices=kv_indices, page_size=page_size
+    )
     for wid, w in works:
         batch = w.batch_idx // ratio
         if not 0 <= batch < batches or not 0 <= w.qo_start <= w.qo_end <= rows_v:
@@ -206,15 +210,7 @@ def execute_plan(
             )
         tokens = tokens_of[batch]
         start, end = _token_range(wid, w, batch, indptr, tokens, page_size)
-        kv = gather_csr_kv(
-            cache,
-            kv_indptr=kv_indptr,
-            kv_indices=kv_indices,
-            batch=batch,
-            start=start,
-            end=end,
-            page_size=page_size,
-        ).to(torch.float32)
+        kv = gather(batch=batch, start=start, end=end).to(torch.float32)
         n = w.qo_end - w.qo_start
         if causal:
             rows_before_last = q_end[w.batch_idx] - 1 - torch.arange(w.qo_start, w.qo_end)

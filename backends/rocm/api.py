@@ -48,7 +48,10 @@ COMPONENT_DTYPE_KEYWORDS: tuple[str, ...] = (
     "dtype_kv_nope",
     "dtype_kv_rope",
 )
-LEGACY_DTYPE_KEYWORDS: tuple[str, ...] = ("dtype_q", "dtype_kv")
+LEGACY_DTYPE_KEYWORDS: tuple[str, ...] = (
+    "dtype_q",
+    "dtype_kv",
+)
 INFO_POSITIONAL: tuple[str, ...] = (
     "batch_size",
     "max_seqlen_qo",
@@ -57,7 +60,11 @@ INFO_POSITIONAL: tuple[str, ...] = (
     "kv_dtype",
     "is_sparse",
 )
-INFO_KEYWORDS: tuple[str, ...] = ("fast_mode", "intra_batch_mode", "max_split_per_batch")
+INFO_KEYWORDS: tuple[str, ...] = (
+    "fast_mode",
+    "intra_batch_mode",
+    "max_split_per_batch",
+)
 DECODE_POSITIONAL: tuple[str, ...] = (
     "q",
     "kv_buffer",

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from conformance.persistent.invariants import PlanViolation, assert_plan_invariants, check_plan
+from conformance.persistent.invariants import (
+    PlanViolation,
+    assert_plan_invariants,
+    check_inputs,
+    check_plan,
+)
 from conformance.persistent.plan import WORK_INFO_FIELDS, WorkInfo, WorkPlan
 from conformance.persistent.planner import plan_persistent_decode
 from conformance.persistent.profiles import (
@@ -30,6 +35,7 @@ __all__ = [
     "WorkPlan",
     "allocate_metadata_buffers",
     "assert_plan_invariants",
+    "check_inputs",
     "check_plan",
     "dtype_class",
     "get_profile",

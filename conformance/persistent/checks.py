@@ -157,16 +157,20 @@ def check_batches(
     return q_lens
 
 
+_SCALARS = (
+    "num_cus",
+    "num_heads_q",
+    "page_size",
+    "kv_granularity",
+    "max_seqlen_qo",
+    "max_split_per_batch",
+)
+"""The keywords of `check_scalars`, read from a planner call."""
+
+
 def check_call_scalars(call: Mapping[str, Any]) -> tuple[str, str]:
     """The scalar and dtype checks of a planner call; returns the (q, kv) dtype classes."""
-    check_scalars(
-        num_cus=call["num_cus"],
-        num_heads_q=call["num_heads_q"],
-        page_size=call["page_size"],
-        kv_granularity=call["kv_granularity"],
-        max_seqlen_qo=call["max_seqlen_qo"],
-        max_split_per_batch=call["max_split_per_batch"],
-    )
+    check_scalars(**{name: call[name] for name in _SCALARS})
     uni = call["uni_seqlen_qo"]
     if isinstance(uni, bool) or not isinstance(uni, int):
         raise PlanError(f"uni_seqlen_qo: expected an int, found {uni!r}")

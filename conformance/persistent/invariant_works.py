@@ -122,41 +122,31 @@ class WorkChecks(CheckerState):
             locs = [self.works[w].partial_qo_loc for w in tile.works]
             if len(tile.works) == 1:
                 if locs[0] != -1:
-                    self.add(
-                        "I6",
+                    self._add_i6(
+                        tile,
+                        tile.works[0],
                         f"unsplit tile has partial_qo_loc={locs[0]}, expected -1",
-                        work=tile.works[0],
-                        tile=tile.index,
-                        fields=("partial_qo_loc",),
                     )
                 continue
             for w, loc in zip(tile.works, locs, strict=True):
                 if loc < 0:
-                    self.add(
-                        "I6",
-                        f"tile split into {len(tile.works)} works but partial_qo_loc={loc}",
-                        work=w,
-                        tile=tile.index,
-                        fields=("partial_qo_loc",),
+                    self._add_i6(
+                        tile, w, f"tile split into {len(tile.works)} works but partial_qo_loc={loc}"
                     )
             dupes = sorted(loc for loc, n in Counter(locs).items() if n > 1)
             if dupes:
-                self.add(
-                    "I6",
-                    f"split tile's works share partial_qo_loc {dupes}",
-                    work=tile.works[0],
-                    tile=tile.index,
-                    fields=("partial_qo_loc",),
+                self._add_i6(
+                    tile, tile.works[0], f"split tile's works share partial_qo_loc {dupes}"
                 )
             first = tile.works[0]
             if tile.works != list(range(first, first + len(tile.works))):
-                self.add(
-                    "I6",
-                    f"split tile's works {tile.works} are not consecutive work ids",
-                    work=first,
-                    tile=tile.index,
-                    fields=("batch_idx",),
-                )
+                message = f"split tile's works {tile.works} are not consecutive work ids"
+                self._add_i6(tile, first, message, field="batch_idx")
+
+    def _add_i6(
+        self, tile: Tile, work: int, message: str, *, field: str = "partial_qo_loc"
+    ) -> None:
+        self.add("I6", message, work=work, tile=tile.index, fields=(field,))
 
     def check_masked_rows(self) -> None:
         if not (self.causal and self.page_size == 1):

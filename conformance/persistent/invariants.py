@@ -26,6 +26,7 @@ reference planner's, a foreign backend's) and returns every violation it finds;
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -36,7 +37,24 @@ from conformance.persistent.invariant_state import PlanViolation, ints
 from conformance.persistent.invariant_works import WorkChecks
 from conformance.persistent.plan import WorkPlan
 
-__all__ = ["PlanViolation", "assert_plan_invariants", "check_plan"]
+__all__ = ["PlanViolation", "assert_plan_invariants", "check_inputs", "check_plan"]
+
+BATCH_KEYWORDS: tuple[str, ...] = (
+    "qo_indptr",
+    "kv_indptr",
+    "kv_last_page_lens",
+    "page_size",
+    "causal",
+)
+"""The keywords `check_plan` requires: the batch a plan is checked against."""
+SCALAR_KEYWORDS: tuple[str, ...] = (
+    "max_seqlen_qo",
+    "uni_seqlen_qo",
+    "kv_granularity",
+    "max_split_per_batch",
+    "num_cus",
+)
+"""Its optional keywords, read from ``plan.params`` when not given."""
 
 
 class _Checker(WorkChecks, ReduceChecks):
@@ -66,17 +84,18 @@ def check_plan(
     are checked when ``check_budget`` and the granularity and split cap are known; pass
     ``check_budget=False`` for a backend with a different scheduler.
     """
-    params = plan.params
-
-    def pick(value: Any, key: str) -> Any:
-        return value if value is not None else params.get(key)
-
     qo, kv, last = ints(qo_indptr), ints(kv_indptr), ints(kv_last_page_lens)
     if len(kv) < 2 or len(qo) != len(kv) or len(last) != len(kv) - 1:
         raise PlanError(
             f"kv_indptr: check_plan needs qo_indptr and kv_indptr of one length >= 2 and "
             f"kv_last_page_lens one shorter; found lengths {len(qo)}, {len(kv)}, {len(last)}"
         )
+    given = {  # None: read from the plan's params
+        "uni_seqlen_qo": uni_seqlen_qo,
+        "kv_granularity": kv_granularity,
+        "max_split_per_batch": max_split_per_batch,
+        "num_cus": num_cus,
+    }
     checker = _Checker(
         plan,
         qo=qo,
@@ -85,11 +104,8 @@ def check_plan(
         page_size=page_size,
         causal=bool(causal),
         max_seqlen_qo=max_seqlen_qo if max_seqlen_qo is not None else plan.max_seqlen_qo,
-        uni_seqlen_qo=pick(uni_seqlen_qo, "uni_seqlen_qo"),
-        kv_granularity=pick(kv_granularity, "kv_granularity"),
-        max_split_per_batch=pick(max_split_per_batch, "max_split_per_batch"),
-        num_cus=pick(num_cus, "num_cus"),
         check_budget=check_budget,
+        **{key: plan.params.get(key) if value is None else value for key, value in given.items()},
     )
     checker.check_work_indptr()
     checker.collect_tiles()
@@ -102,6 +118,12 @@ def check_plan(
     checker.check_budget_bounds()
     order = {f"I{i}": i for i in range(1, 12)}
     return sorted(checker.out, key=lambda v: order.get(v.invariant, 99))
+
+
+def check_inputs(call: Mapping[str, Any], *, scalars: bool = False) -> dict[str, Any]:
+    """The `check_plan` keywords of a planner call: its batch (`BATCH_KEYWORDS`), and with
+    `scalars` also `SCALAR_KEYWORDS` (else `check_plan` reads them from ``plan.params``)."""
+    return {key: call[key] for key in BATCH_KEYWORDS + (SCALAR_KEYWORDS if scalars else ())}
 
 
 def assert_plan_invariants(plan: WorkPlan, **inputs: Any) -> None:

@@ -14,7 +14,7 @@ Layout (research note aiter_persistent_mla.md §1.3):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import torch
@@ -100,13 +100,4 @@ class WorkPlan:
     def to(self, device: torch.device | str) -> WorkPlan:
         """A copy with every buffer on `device`."""
         moved = {name: getattr(self, name).to(device) for name in PLAN_BUFFERS}
-        return WorkPlan(
-            **moved,
-            num_works=self.num_works,
-            num_partials=self.num_partials,
-            num_tiles=self.num_tiles,
-            fold_ratio=self.fold_ratio,
-            heads_per_work=self.heads_per_work,
-            max_seqlen_qo=self.max_seqlen_qo,
-            params=dict(self.params),
-        )
+        return replace(self, **moved, params=dict(self.params))

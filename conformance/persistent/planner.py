@@ -33,10 +33,9 @@ from conformance.persistent.checks import (
     check_call_scalars,
     check_keywords,
 )
-from conformance.persistent.plan import WorkPlan
-from conformance.persistent.profiles import ArchProfile
+from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
 from conformance.persistent.setup import PlanShape, TileSetup, derive_shape, tile_setup
-from conformance.persistent.sizing import UNWRITTEN, BufferSpec
+from conformance.persistent.sizing import UNWRITTEN
 from conformance.persistent.walks import WalkResult, walk_fast, walk_literal
 
 
@@ -110,16 +109,7 @@ def _plan(
         payload=setup.payload,
         sum_blocks=sum_blocks,
     )
-    return _assemble(
-        result,
-        setup,
-        shape.sizes,
-        profile=shape.profile,
-        params=params,
-        fold_ratio=shape.fold_ratio,
-        heads_per_work=shape.heads_per_work,
-        max_seqlen_qo=call["max_seqlen_qo"],
-    )
+    return _assemble(result, setup, shape, params=params, max_seqlen_qo=call["max_seqlen_qo"])
 
 
 def plan_persistent_decode(
@@ -159,19 +149,16 @@ def plan_persistent_decode(
 def _assemble(
     result: WalkResult,
     setup: TileSetup,
-    sizes: tuple[BufferSpec, ...],
+    shape: PlanShape,
     *,
-    profile: ArchProfile,
     params: dict[str, object],
-    fold_ratio: int,
-    heads_per_work: int,
     max_seqlen_qo: int,
 ) -> WorkPlan:
     """Write a walk into buffers sized like ``get_mla_metadata_info_v1`` (numpy, no threads)."""
     num_works = result.works.shape[0]
     num_tiles = setup.num_tiles
     num_partials = result.partial_map.size
-    (wip_len,), (max_work, _), (ri_len,), _, (pm_len,) = (shape for shape, _ in sizes[1:])
+    (wip_len,), (max_work, _), (ri_len,), _, (pm_len,) = (dims for dims, _ in shape.sizes[1:])
     tile_cnt = ri_len - 1
     for name, used, size, what in (
         ("work_info_set", num_works, max_work, "works"),
@@ -182,7 +169,7 @@ def _assemble(
         if used > size:
             raise PlanError(
                 f"{name}: the plan has {used} {what} but get_mla_metadata_info_v1 "
-                f"sizing gives {size} ({profile.name}); the sizing rule is violated"
+                f"sizing gives {size} ({shape.profile.name}); the sizing rule is violated"
             )
 
     work_info_set = np.full((max_work, 8), UNWRITTEN, dtype=np.int32)
@@ -198,17 +185,20 @@ def _assemble(
     final_map[split, 1] = setup.q_end[split]
     partial_map = np.full(pm_len, UNWRITTEN, dtype=np.int32)
     partial_map[:num_partials] = result.partial_map
+    buffers = (  # in PLAN_BUFFERS order
+        result.work_indptr.astype(np.int32),
+        work_info_set,
+        reduce_indptr,
+        final_map,
+        partial_map,
+    )
     return WorkPlan(
-        work_indptr=torch.from_numpy(result.work_indptr.astype(np.int32)),
-        work_info_set=torch.from_numpy(work_info_set),
-        reduce_indptr=torch.from_numpy(reduce_indptr),
-        reduce_final_map=torch.from_numpy(final_map),
-        reduce_partial_map=torch.from_numpy(partial_map),
+        **{name: torch.from_numpy(b) for name, b in zip(PLAN_BUFFERS, buffers, strict=True)},
         num_works=num_works,
         num_partials=num_partials,
         num_tiles=num_tiles,
-        fold_ratio=fold_ratio,
-        heads_per_work=heads_per_work,
+        fold_ratio=shape.fold_ratio,
+        heads_per_work=shape.heads_per_work,
         max_seqlen_qo=max_seqlen_qo,
         params=params,
     )

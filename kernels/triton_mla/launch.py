@@ -179,6 +179,16 @@ def persistent_mla_decode(
     # by hand (off by default: it lost on the H200, see DECODE_CONFIGS).
     reg_prefetch = bool(cfg.pop("REG_PREFETCH", False))
 
+    switches = {  # the kernel's compile-time switches
+        "QK_FP8": qk_fp8,
+        "P_FP8": round_p,
+        "V_F16": v_f16,
+        "F16_TILE": f16_tile,
+        "REG_PREFETCH": reg_prefetch,
+        "SCALES_IN_MEMORY": scales_in_memory,
+        "GROUP_MODE": group_mode,
+    }
+
     def launch(cfg: dict[str, int]) -> None:
         grid = (num_programs,) if group_mode == 0 else (groups, num_programs)
         decode_kernel._persistent_mla_decode_kernel[grid](
@@ -221,13 +231,7 @@ def persistent_mla_decode(
             D_V=LATENT_DIM,
             D_R=ROPE_DIM,
             DOT_T=tl.float32 if interpreted() else tl.bfloat16,
-            QK_FP8=qk_fp8,
-            P_FP8=round_p,
-            V_F16=v_f16,
-            F16_TILE=f16_tile,
-            REG_PREFETCH=reg_prefetch,
-            SCALES_IN_MEMORY=scales_in_memory,
-            GROUP_MODE=group_mode,
+            **switches,
             ABLATE=cfg.get("ABLATE", 0),
             FAULT=fault,
             num_warps=cfg["num_warps"],

@@ -29,7 +29,7 @@ from conformance.goldens.assertions import (
     run_decode,
 )
 from conformance.goldens.record import plans_equal
-from conformance.persistent import check_plan, plan_persistent_decode
+from conformance.persistent import check_inputs, check_plan, plan_persistent_decode
 
 
 @pytest.fixture(autouse=True)
@@ -70,19 +70,8 @@ def test_plan_matches_golden(plan_id: str, backend: Backend, goldens, golden_bui
     assert not native, f"case {case.id}: the native plan differs from the reference:\n" + (
         "\n".join(f"  {p}" for p in native or [])
     )
-    violations = check_plan(
-        decode.plan.to("cpu"),
-        qo_indptr=golden["query_start_loc"],
-        kv_indptr=golden["kv_indptr"],
-        kv_last_page_lens=golden["kv_last_page_lens"],
-        page_size=case.page_size,
-        causal=case.planner_causal,
-        max_seqlen_qo=case.q_len,
-        uni_seqlen_qo=case.q_len,
-        kv_granularity=case.granularity,
-        max_split_per_batch=case.max_split_per_batch,
-        num_cus=case.num_cus,
-    )
+    batch = check_inputs(golden.planner_call(), scalars=True)  # the case's batch and scalars
+    violations = check_plan(decode.plan.to("cpu"), **batch)
     assert not violations, f"case {case.id}: the backend's plan breaks invariants:\n" + "\n".join(
         f"  {v}" for v in violations
     )

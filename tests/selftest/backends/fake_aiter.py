@@ -16,10 +16,11 @@ through a pytest ``monkeypatch``. Behind the signatures:
   truncated and logged in `out_of_bounds` (on hardware it corrupts the neighbouring memory);
   ``max_seqlen_qo=-1`` (AITER's default) is reproduced where it is exact (gfx942, 16 heads,
   at most 8 q tokens: qo-splitting on gives one tile, tail threshold off);
-- ``mla.mla_decode_fwd`` reads the work lists through ``work_meta_data``'s pointers, folds
-  heads by ``aiter/mla.py``'s own predicate (not the plan's), applies AITER's batch gate
-  (``AITER_MLA_DECODE_PERSISTENT_MAX_BATCH``, read once) and computes with
-  `kernels.plan_exec.execute_plan` (AITER's fp8 rule: P rounded to q's fp8 dtype).
+- ``mla.mla_decode_fwd`` (fake_aiter_decode.py) reads the work lists through
+  ``work_meta_data``'s pointers, folds heads by ``aiter/mla.py``'s own predicate (not the
+  plan's), applies AITER's batch gate (``AITER_MLA_DECODE_PERSISTENT_MAX_BATCH``, read once)
+  and computes with `kernels.plan_exec.execute_plan` (AITER's fp8 rule: P rounded to q's fp8
+  dtype).
 
 Inputs the stand-in does not reproduce raise `StandinLimitation`. Every module carries
 ``__standin__ = True``: the adapter refuses it unless a selftest sets
@@ -30,12 +31,12 @@ a rocm conformance run.
 from __future__ import annotations
 
 import functools
-import math
-import os
+import runpy
 import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,16 +46,13 @@ from conformance.numerics.fp8 import fp8_dtype_for_arch
 from conformance.persistent.plan import WorkPlan
 from conformance.persistent.planner import _plan, plan_persistent_decode
 from conformance.persistent.sizing import metadata_buffer_sizes
-from kernels.plan_exec import execute_plan
 
+# The decode half (fake_aiter_decode.py is a helper, not a test module).
+_DECODE = runpy.run_path(str(Path(__file__).with_name("fake_aiter_decode.py")))
+DecodeStandin, StandinLimitation = _DECODE["DecodeStandin"], _DECODE["StandinLimitation"]
+GATE_ENV, GATE_DEFAULT = _DECODE["GATE_ENV"], _DECODE["GATE_DEFAULT"]
 STANDIN_VERSION = "0.0.0+selftest-standin"
-GATE_ENV = "AITER_MLA_DECODE_PERSISTENT_MAX_BATCH"
-GATE_DEFAULT = 32
 MLA_VERSION_V32 = 0
-
-
-class StandinLimitation(NotImplementedError):
-    """An input whose AITER behaviour the stand-in does not reproduce."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +64,7 @@ class StandinCall:
     kwargs: dict[str, Any]
 
 
-class AiterStandin:
+class AiterStandin(DecodeStandin):
     """AITER for one fake device: ``arch``, ``num_cus`` (hipDeviceProp) and ``cu_num``
     (``get_cu_num()``, AITER's ``CU_NUM`` or rocminfo; defaults to ``num_cus``)."""
 
@@ -250,32 +248,32 @@ class AiterStandin:
             raise StandinLimitation("only the dense fast-mode (v1.2) planner is modelled")
         if mla_version != MLA_VERSION_V32:
             raise StandinLimitation(f"mla_version={mla_version}: only V32 is modelled")
-        planned = dict(
-            num_heads_q=num_heads_per_head_k * num_heads_k,
-            uni_seqlen_qo=uni_seqlen_qo,
-            page_size=page_size,
-            kv_granularity=kv_granularity,
-            causal=is_causal,
-            max_split_per_batch=max_split_per_batch,
-            q_dtype=q_dtype,
-            kv_dtype=kv_dtype,
-            arch=self.arch,
-            num_cus=self.num_cus,
-        )
+        planned: dict[str, Any] = {
+            "num_heads_q": num_heads_per_head_k * num_heads_k,
+            "uni_seqlen_qo": uni_seqlen_qo,
+            "page_size": page_size,
+            "kv_granularity": kv_granularity,
+            "causal": is_causal,
+            "max_split_per_batch": max_split_per_batch,
+            "q_dtype": q_dtype,
+            "kv_dtype": kv_dtype,
+            "arch": self.arch,
+            "num_cus": self.num_cus,
+        }
         inputs = (seqlens_qo_indptr, seqlens_kv_indptr, kv_last_page_lens)
         if max_seqlen_qo >= 1:
             plan = plan_persistent_decode(*inputs, max_seqlen_qo=max_seqlen_qo, **planned)
         else:
             plan = self._plan_without_max_seqlen(inputs, planned)
-        self._write_plan(
-            plan,
-            work_metadata_ptrs=work_metadata_ptrs,
-            work_info_set=work_info_set,
-            work_indptr=work_indptr,
-            reduce_indptr=reduce_indptr,
-            reduce_final_map=reduce_final_map,
-            reduce_partial_map=reduce_partial_map,
-        )
+        buffers = {
+            "work_metadata_ptrs": work_metadata_ptrs,
+            "work_info_set": work_info_set,
+            "work_indptr": work_indptr,
+            "reduce_indptr": reduce_indptr,
+            "reduce_final_map": reduce_final_map,
+            "reduce_partial_map": reduce_partial_map,
+        }
+        self._write_plan(plan, buffers)
 
     def _plan_without_max_seqlen(
         self, inputs: tuple[torch.Tensor, ...], planned: dict[str, Any]
@@ -302,7 +300,7 @@ class AiterStandin:
             data = data[:room]
         flat[offset : offset + data.numel()] = data
 
-    def _write_plan(self, plan: WorkPlan, **buffers: torch.Tensor) -> None:
+    def _write_plan(self, plan: WorkPlan, buffers: dict[str, torch.Tensor]) -> None:
         """The planner's writes, into whatever tensors sit in the buffer positions."""
         pointers = [buffers["work_indptr"].data_ptr(), buffers["work_info_set"].data_ptr()]
         self._store(
@@ -332,196 +330,6 @@ class AiterStandin:
             plan.reduce_partial_map[: plan.num_partials],
             0,
         )
-
-    # -- aiter.mla.mla_decode_fwd ------------------------------------------------------
-
-    def _persistent_mla_decode_max_batch(self) -> int:
-        """AITER's gate value, read from the environment once (as its lru_cache does)."""
-        if self._gate is None:
-            try:
-                self._gate = int(os.environ.get(GATE_ENV, GATE_DEFAULT))
-            except ValueError:
-                self._gate = GATE_DEFAULT
-        return self._gate
-
-    def _keeps_persistent(self, bs: int, nhead: int, max_seqlen_q: int, q: Any, kv: Any) -> bool:
-        regression_profile = (
-            self.arch == "gfx950"
-            and q == torch.bfloat16
-            and kv == torch.bfloat16
-            and nhead == 16
-            and max_seqlen_q == 1
-        )
-        if not regression_profile:
-            return True
-        limit = self._persistent_mla_decode_max_batch()
-        return limit <= 0 or bs < limit
-
-    def _kernel_fold(self, nhead: int, max_seqlen_q: int, q: Any, kv: Any) -> int:
-        """``aiter/mla.py``'s native-or-fold decision (AITER_ENABLE_EXPERIMENTAL unset)."""
-        fp8 = q == self.fp8 and kv == self.fp8
-        bf16 = q == torch.bfloat16 and kv == torch.bfloat16
-        gfx942, gfx950 = self.arch == "gfx942", self.arch == "gfx950"
-        native = (
-            nhead == 16
-            or (gfx942 and nhead == 128 and fp8)
-            or (gfx950 and fp8 and nhead in (32, 64, 128))
-            or (gfx950 and nhead == 8 and fp8 and max_seqlen_q == 4)
-            or (gfx942 and nhead == 8 and bf16 and max_seqlen_q == 2)
-            or (gfx942 and nhead == 64 and fp8 and max_seqlen_q == 1)
-            or (gfx950 and bf16)
-        )
-        if native:
-            return 1
-        if nhead in range(32, 129, 16):
-            return nhead // 16
-        raise AssertionError(f"nhead={nhead} and max_seqlen_q={max_seqlen_q} not supported")
-
-    def _kernel_scales(
-        self, q: torch.dtype, kv: torch.dtype, q_scale: object, kv_scale: object
-    ) -> tuple[float, float]:
-        """The scales the kernel applies, after AITER's dtype and scale requirements."""
-        for name, dtype in (("q", q), ("kv_buffer", kv)):
-            if dtype not in (torch.bfloat16, self.fp8):
-                raise RuntimeError(f"{name}: no {self.arch} persistent MLA kernel for {dtype}")
-        if q == self.fp8 and kv != self.fp8:
-            raise RuntimeError("fp8 q with a bf16 kv buffer has no persistent MLA kernel")
-        for name, scale in (("q_scale", q_scale), ("kv_scale", kv_scale)):
-            if scale is not None and not (
-                isinstance(scale, torch.Tensor)
-                and scale.dtype == torch.float32
-                and scale.numel() == 1
-            ):
-                raise TypeError(f"{name}: expected a fp32 [1] tensor or None, found {scale!r}")
-        if q == self.fp8 and (q_scale is None or kv_scale is None):
-            raise RuntimeError("fp8 q: the kernel needs both q_scale and kv_scale")
-        q_s = float(q_scale.item()) if q == self.fp8 else 1.0  # type: ignore[union-attr]
-        kv_s = float(kv_scale.item()) if kv == self.fp8 and kv_scale is not None else 1.0  # type: ignore[union-attr]
-        return q_s, kv_s
-
-    def _plan_from_buffers(
-        self, buffers: dict[str, torch.Tensor], *, fold: int, nhead: int, max_seqlen_q: int
-    ) -> WorkPlan:
-        reduce = buffers["reduce_indptr"]
-        return WorkPlan(
-            **buffers,
-            num_works=int(buffers["work_indptr"][-1]),
-            num_partials=int(reduce[-1]),
-            num_tiles=reduce.numel() - 1,
-            fold_ratio=fold,
-            heads_per_work=nhead // fold,
-            max_seqlen_qo=max_seqlen_q,
-        )
-
-    def mla_decode_fwd(
-        self,
-        q: torch.Tensor,
-        kv_buffer: torch.Tensor,
-        o: torch.Tensor,
-        qo_indptr: torch.Tensor,
-        kv_indptr: torch.Tensor,
-        kv_indices: torch.Tensor,
-        kv_last_page_lens: torch.Tensor,
-        max_seqlen_q: int,
-        page_size: int = 1,
-        nhead_kv: int = 1,
-        sm_scale: float | None = None,
-        logit_cap: float = 0.0,
-        num_kv_splits: int | None = None,
-        num_kv_splits_indptr: torch.Tensor | None = None,
-        work_meta_data: torch.Tensor | None = None,
-        work_indptr: torch.Tensor | None = None,
-        work_info_set: torch.Tensor | None = None,
-        reduce_indptr: torch.Tensor | None = None,
-        reduce_final_map: torch.Tensor | None = None,
-        reduce_partial_map: torch.Tensor | None = None,
-        q_scale: torch.Tensor | None = None,
-        kv_scale: torch.Tensor | None = None,
-        intra_batch_mode: bool = False,
-        return_logits: bool = False,
-        return_lse: bool = False,
-        g_kv_indptr: torch.Tensor | None = None,
-        cp_world_size: int = 1,
-        cp_rank: int = 0,
-        causal: bool = True,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Decode into `o` in place; returns ``(partial logits, final_lse or None)``."""
-        assert logit_cap <= 0, f"{logit_cap=} is not support yet"
-        if kv_buffer.dim() != 4 or nhead_kv != 1 or kv_buffer.shape[2] != 1:
-            raise StandinLimitation("only kv_buffer [num_page, page_size, 1, 576] is modelled")
-        if intra_batch_mode or g_kv_indptr is not None or cp_world_size != 1:
-            raise StandinLimitation("intra-batch and context-parallel modes are not modelled")
-        if sm_scale is None:
-            sm_scale = 1.0 / math.sqrt(kv_buffer.shape[-1])
-        _, nhead, v_head_dim = o.shape
-        batch = qo_indptr.shape[0] - 1
-        q_s, kv_s = self._kernel_scales(q.dtype, kv_buffer.dtype, q_scale, kv_scale)
-        persistent = work_meta_data is not None
-        if persistent and num_kv_splits is None:
-            persistent = self._keeps_persistent(
-                batch, nhead, max_seqlen_q, q.dtype, kv_buffer.dtype
-            )
-        self.decode_paths.append("persistent" if persistent else "non-persistent")
-        if persistent:
-            pointers = [int(v) for v in work_meta_data.cpu().tolist()]  # type: ignore[union-attr]
-            expected = [work_indptr.data_ptr(), work_info_set.data_ptr()]  # type: ignore[union-attr]
-            if pointers != expected:
-                raise RuntimeError(
-                    f"work_meta_data holds {[hex(p) for p in pointers]}, not the addresses of "
-                    f"work_indptr/work_info_set {[hex(p) for p in expected]}: the asm kernel "
-                    f"reads its work lists through these pointers"
-                )
-            fold = self._kernel_fold(nhead, max_seqlen_q, q.dtype, kv_buffer.dtype)
-            buffers = {
-                "work_indptr": work_indptr,
-                "work_info_set": work_info_set,
-                "reduce_indptr": reduce_indptr,
-                "reduce_final_map": reduce_final_map,
-                "reduce_partial_map": reduce_partial_map,
-            }
-            plan = self._plan_from_buffers(
-                buffers,
-                fold=fold,
-                nhead=nhead,
-                max_seqlen_q=max_seqlen_q,  # type: ignore[arg-type]
-            )
-        else:  # AITER's split-KV kernel: modelled by a plan of its own
-            lens = (qo_indptr[1:] - qo_indptr[:-1]).cpu()
-            uniform = bool((lens == max_seqlen_q).all())
-            plan = plan_persistent_decode(
-                qo_indptr,
-                kv_indptr,
-                kv_last_page_lens,
-                num_heads_q=nhead,
-                max_seqlen_qo=max_seqlen_q,
-                uni_seqlen_qo=max_seqlen_q if uniform else -1,
-                page_size=page_size,
-                kv_granularity=max(page_size, 16),
-                causal=causal,
-                max_split_per_batch=-1,
-                q_dtype=q.dtype,
-                kv_dtype=kv_buffer.dtype,
-                arch=self.arch,
-                num_cus=self.num_cus,
-            )
-        result = execute_plan(
-            plan,
-            q,
-            kv_buffer,
-            kv_indptr=kv_indptr,
-            kv_indices=kv_indices,
-            kv_last_page_lens=kv_last_page_lens,
-            page_size=page_size,
-            sm_scale=float(sm_scale),
-            q_scale=q_s,
-            kv_scale=kv_s,
-            causal=causal,
-            kv_lora_rank=v_head_dim,
-        )
-        written = ~torch.isnan(result.out).all(dim=-1)
-        o[written] = result.out[written].to(device=o.device, dtype=o.dtype)
-        logits = result.partial_out.reshape(-1, 1, result.partial_out.shape[1], v_head_dim)
-        return logits, (result.lse if return_lse else None)
 
 
 def install_standin_backend(

@@ -16,6 +16,8 @@ import importlib
 import itertools
 import os
 import random
+import runpy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +35,10 @@ from conformance.goldens import GoldenStore, load_golden  # noqa: E402
 from conformance.persistent import plan_persistent_decode  # noqa: E402
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan  # noqa: E402
 from kernels import device_plan  # noqa: E402
+
+# The persistent selftests' planner calls (plancall.py is a helper, not a test module).
+_PLANCALL = Path(__file__).parents[1] / "persistent" / "plancall.py"
+_PLAN_ARGS = runpy.run_path(str(_PLANCALL))["plan_args"]
 
 if not ON_GPU and type(tp.plan_kernel).__name__ != "InterpretedFunction":
     tp = importlib.reload(tp)  # imported earlier without the interpreter: decorate again
@@ -142,24 +148,8 @@ def test_golden_plans_are_reproduced(case_id: str) -> None:
 
 
 def base_call(**changes: Any) -> dict[str, Any]:
-    call = {
-        "qo_indptr": torch.tensor([0, 2, 4], dtype=torch.int32),
-        "kv_indptr": torch.tensor([0, 40, 90], dtype=torch.int32),
-        "kv_last_page_lens": torch.tensor([1, 1], dtype=torch.int32),
-        "num_heads_q": 16,
-        "max_seqlen_qo": 2,
-        "uni_seqlen_qo": 2,
-        "page_size": 1,
-        "kv_granularity": 16,
-        "causal": True,
-        "max_split_per_batch": -1,
-        "q_dtype": torch.bfloat16,
-        "kv_dtype": torch.bfloat16,
-        "arch": "gfx942",
-        "num_cus": 3,
-    }
-    call.update(changes)
-    return call
+    """A valid call on 3 CUs (two requests of 2 q tokens, 40 and 50 pages) with changes."""
+    return _PLAN_ARGS([2, 2], [40, 50], **{"num_cus": 3, **changes})
 
 
 @pytest.mark.parametrize(

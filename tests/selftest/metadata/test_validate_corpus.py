@@ -31,7 +31,7 @@ PATHS = ("validate", "cpu", "triton", "rocm-standin")
 def _standin_rocm_builder(monkeypatch: pytest.MonkeyPatch) -> type[MetadataBuilder]:
     name = "mla_selftest_fake_aiter"
     if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "fake_aiter.py"
+        path = Path(__file__).resolve().parents[1] / "backends" / "fake_aiter.py"
         spec = importlib.util.spec_from_file_location(name, path)
         sys.modules[name] = module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

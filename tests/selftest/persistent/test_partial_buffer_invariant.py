@@ -7,36 +7,24 @@ invariants must reject it, naming the work and the buffer.
 
 from __future__ import annotations
 
-import pytest
-import torch
+import runpy
+from pathlib import Path
 
-from conformance.persistent import check_plan, plan_persistent_decode
+import pytest
+
+from conformance.persistent import check_inputs, check_plan, plan_persistent_decode
 from conformance.persistent.plan import WorkInfo
 
 pytestmark = pytest.mark.selftest
 
-ARGS = {
-    "qo_indptr": torch.tensor([0, 1, 2], dtype=torch.int32),
-    "kv_indptr": torch.tensor([0, 1000, 1050], dtype=torch.int32),
-    "kv_last_page_lens": torch.tensor([1, 1], dtype=torch.int32),
-    "num_heads_q": 16,
-    "max_seqlen_qo": 1,
-    "uni_seqlen_qo": 1,
-    "page_size": 1,
-    "kv_granularity": 16,
-    "causal": True,
-    "max_split_per_batch": -1,
-    "q_dtype": torch.bfloat16,
-    "kv_dtype": torch.bfloat16,
-    "arch": "gfx942",
-    "num_cus": 8,
-}
+# The planner calls shared by this folder's tests (plancall.py is a helper, not a test module).
+_CALL = runpy.run_path(str(Path(__file__).with_name("plancall.py")))
+ARGS = _CALL["plan_args"]([1, 1], [1000, 50])
 LOC = WorkInfo._fields.index("partial_qo_loc")
 
 
 def _check(plan):
-    keys = ("qo_indptr", "kv_indptr", "kv_last_page_lens", "page_size", "causal")
-    return check_plan(plan, **{k: ARGS[k] for k in keys})
+    return check_plan(plan, **check_inputs(ARGS))
 
 
 def test_partial_rows_past_the_buffer_are_rejected_by_i8() -> None:

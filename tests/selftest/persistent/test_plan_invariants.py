@@ -6,8 +6,9 @@ would and asserts `check_plan` names the right invariant, the work or tile and t
 
 from __future__ import annotations
 
-import itertools
 import random
+import runpy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from conformance.persistent import (
     PlanViolation,
     WorkPlan,
     assert_plan_invariants,
+    check_inputs,
     check_plan,
     plan_persistent_decode,
 )
@@ -25,33 +27,10 @@ from conformance.persistent.planner import _plan
 
 pytestmark = pytest.mark.selftest
 
-BF16 = torch.bfloat16
+# The planner calls shared by this folder's tests (plancall.py is a helper, not a test module).
+_CALL = runpy.run_path(str(Path(__file__).with_name("plancall.py")))
+i32, case = _CALL["i32"], _CALL["plan_args"]  # every case here has uniform q lengths
 FP8 = torch.float8_e4m3fnuz
-
-
-def i32(values: list[int]) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int32)
-
-
-def case(q_lens: list[int], kv_lens: list[int], **overrides: Any) -> dict[str, Any]:
-    args: dict[str, Any] = {
-        "qo_indptr": i32([0, *itertools.accumulate(q_lens)]),
-        "kv_indptr": i32([0, *itertools.accumulate(kv_lens)]),
-        "kv_last_page_lens": i32([1] * len(kv_lens)),
-        "num_heads_q": 16,
-        "max_seqlen_qo": max(q_lens),
-        "uni_seqlen_qo": q_lens[0],
-        "page_size": 1,
-        "kv_granularity": 16,
-        "causal": True,
-        "max_split_per_batch": -1,
-        "q_dtype": BF16,
-        "kv_dtype": BF16,
-        "arch": "gfx942",
-        "num_cus": 8,
-    }
-    args.update(overrides)
-    return args
 
 
 EXAMPLE_1 = case([1, 1, 1], [1000, 50, 3000])  # splits on both sides of an unsplit batch
@@ -59,17 +38,19 @@ EXAMPLE_2 = case([4, 4], [577, 40], num_cus=4)  # tail rule
 EXAMPLE_3 = case([2, 2], [300, 40], num_heads_q=128, q_dtype=FP8, kv_dtype=FP8, num_cus=4)
 
 
-def inputs(args: dict[str, Any]) -> dict[str, Any]:
-    keys = ("qo_indptr", "kv_indptr", "kv_last_page_lens", "page_size", "causal")
-    return {k: args[k] for k in keys}
-
-
 def violations(plan: WorkPlan, args: dict[str, Any]) -> list[PlanViolation]:
-    return check_plan(plan, **inputs(args))
+    return check_plan(plan, **check_inputs(args))
 
 
 def ids(found: list[PlanViolation]) -> set[str]:
     return {v.invariant for v in found}
+
+
+def only_violation(plan: WorkPlan, args: dict[str, Any], invariant: str) -> PlanViolation:
+    """The first violation of `plan`, which must break `invariant` and no other."""
+    found = violations(plan, args)
+    assert ids(found) == {invariant}, [str(v) for v in found]
+    return found[0]
 
 
 def set_work(plan: WorkPlan, work: int, **fields: int) -> None:
@@ -91,7 +72,7 @@ def set_work(plan: WorkPlan, work: int, **fields: int) -> None:
 def test_correct_plans_pass(args: dict[str, Any]) -> None:
     plan = plan_persistent_decode(**args)
     assert violations(plan, args) == []
-    assert_plan_invariants(plan, **inputs(args))
+    assert_plan_invariants(plan, **check_inputs(args))
 
 
 def test_planner_without_tail_rule_is_rejected_by_i10() -> None:
@@ -147,10 +128,9 @@ def test_causal_over_trim_is_rejected_by_i4() -> None:
 def test_wrong_kv_offset_is_rejected_by_i5() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     set_work(plan, 0, kv_offset=391)
-    found = violations(plan, EXAMPLE_1)
-    assert ids(found) == {"I5"}
-    assert found[0].work == 0 and found[0].fields == ("kv_offset",)
-    assert "kv_offset=391, expected 392" in found[0].message
+    found = only_violation(plan, EXAMPLE_1, "I5")
+    assert found.work == 0 and found.fields == ("kv_offset",)
+    assert "kv_offset=391, expected 392" in found.message
 
 
 def test_wrong_kv_offset_with_pages_is_rejected_by_i5() -> None:
@@ -179,33 +159,30 @@ def test_overlapping_partial_rows_are_rejected_by_i8() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     set_work(plan, 3, partial_qo_loc=1)  # batch 2's first split reuses batch 0's row 1
     plan.reduce_partial_map[2] = 1
-    found = violations(plan, EXAMPLE_1)
-    assert ids(found) == {"I8"}
-    assert found[0].work == 3 and "overlap the rows of work 1" in found[0].message
+    found = only_violation(plan, EXAMPLE_1, "I8")
+    assert found.work == 3 and "overlap the rows of work 1" in found.message
 
 
 def test_partial_map_out_of_kv_order_is_rejected_by_i8() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     plan.reduce_partial_map[:2] = i32([1, 0])
-    found = violations(plan, EXAMPLE_1)
-    assert ids(found) == {"I8"} and "in kv order [0, 1]" in found[0].message
+    found = only_violation(plan, EXAMPLE_1, "I8")
+    assert "in kv order [0, 1]" in found.message
 
 
 def test_wrong_final_map_is_rejected_by_i9() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     plan.reduce_final_map[2] = i32([2, 4])
-    found = violations(plan, EXAMPLE_1)
-    assert ids(found) == {"I9"}
-    assert found[0].tile == 2 and found[0].fields == ("reduce_final_map",)
-    assert "[2, 4]" in found[0].message and "[2, 3]" in found[0].message
+    found = only_violation(plan, EXAMPLE_1, "I9")
+    assert found.tile == 2 and found.fields == ("reduce_final_map",)
+    assert "[2, 4]" in found.message and "[2, 3]" in found.message
 
 
 def test_unsplit_tile_with_a_partial_loc_is_rejected_by_i6() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     set_work(plan, 2, partial_qo_loc=8)
-    found = violations(plan, EXAMPLE_1)
-    assert ids(found) == {"I6"}
-    assert found[0].work == 2 and found[0].fields == ("partial_qo_loc",)
+    found = only_violation(plan, EXAMPLE_1, "I6")
+    assert found.work == 2 and found.fields == ("partial_qo_loc",)
 
 
 def test_split_tile_with_minus_one_loc_is_rejected_by_i6() -> None:
@@ -224,8 +201,8 @@ def test_broken_work_indptr_is_rejected_by_i1() -> None:
 def test_nonzero_padding_is_rejected_by_i1() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     set_work(plan, 4, padding=7)
-    found = violations(plan, EXAMPLE_1)
-    assert ids(found) == {"I1"} and found[0].work == 4
+    found = only_violation(plan, EXAMPLE_1, "I1")
+    assert found.work == 4
 
 
 def test_empty_program_before_busy_ones_is_rejected_by_i2() -> None:
@@ -253,7 +230,7 @@ def test_over_budget_program_is_rejected_by_i11() -> None:
 def test_budget_checks_can_be_switched_off() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     plan.work_indptr = i32([0, 2, 2, 4, 5, 6, 7, 8, 9])
-    assert not ids(check_plan(plan, **inputs(EXAMPLE_1), check_budget=False)) & {"I2", "I11"}
+    assert not ids(check_plan(plan, **check_inputs(EXAMPLE_1), check_budget=False)) & {"I2", "I11"}
 
 
 def test_assert_plan_invariants_lists_every_violation() -> None:
@@ -261,7 +238,7 @@ def test_assert_plan_invariants_lists_every_violation() -> None:
     set_work(plan, 0, kv_offset=391)
     plan.reduce_final_map[2] = i32([2, 4])
     with pytest.raises(PlanError, match=r"2 invariant\(s\)") as info:
-        assert_plan_invariants(plan, **inputs(EXAMPLE_1))
+        assert_plan_invariants(plan, **check_inputs(EXAMPLE_1))
     text = str(info.value)
     assert "I5 [work 0, tile 0] (kv_offset): kv_offset=391" in text
     assert "I9 [tile 2] (reduce_final_map)" in text
@@ -269,6 +246,6 @@ def test_assert_plan_invariants_lists_every_violation() -> None:
 
 def test_check_plan_rejects_inconsistent_inputs() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
-    bad = {**inputs(EXAMPLE_1), "kv_last_page_lens": i32([1])}
+    bad = {**check_inputs(EXAMPLE_1), "kv_last_page_lens": i32([1])}
     with pytest.raises(PlanError, match=r"^kv_indptr: .*lengths 4, 4, 1"):
         check_plan(plan, **bad)

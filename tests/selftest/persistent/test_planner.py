@@ -1,83 +1,33 @@
-"""Self-tests of the reference persistent-decode planner, its profiles and buffer sizing.
+"""Self-tests of the reference persistent-decode planner: worked examples, head layout, fuzz.
 
-Worked examples and sizing formulas come from research note aiter_persistent_mla.md
-(§2.3 and §1.1), checked against AITER's source (v1_2_device.cuh, attention.py).
+Worked examples come from research note aiter_persistent_mla.md (§2.3), checked against
+AITER's source (v1_2_device.cuh); buffer sizing is in test_sizing.py, bad input in
+test_planner_errors.py.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+import runpy
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from conformance.errors import PlanError
-from conformance.persistent import (
-    UNWRITTEN,
-    allocate_metadata_buffers,
-    check_plan,
-    metadata_buffer_sizes,
-    plan_persistent_decode,
-)
+from conformance.persistent import UNWRITTEN, plan_persistent_decode
 from conformance.persistent.checks import PLANNER_KEYWORDS
 from conformance.persistent.planner import _plan
 
 pytestmark = pytest.mark.selftest
 
-BF16 = torch.bfloat16
-FP8_FNUZ = torch.float8_e4m3fnuz
-FP8_FN = torch.float8_e4m3fn
-
-
-def i32(values: list[int]) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int32)
-
-
-def cumsum0(values: list[int]) -> torch.Tensor:
-    return i32([0, *itertools.accumulate(values)])
-
-
-def plan_args(
-    q_lens: list[int], kv_lens: list[int], last: list[int] | None = None, **overrides: Any
-) -> dict[str, Any]:
-    """Keyword arguments of a valid plan (page 1, gfx942, bf16, 16 heads) with overrides."""
-    args: dict[str, Any] = {
-        "qo_indptr": cumsum0(q_lens),
-        "kv_indptr": cumsum0(kv_lens),
-        "kv_last_page_lens": i32(last if last is not None else [1] * len(kv_lens)),
-        "num_heads_q": 16,
-        "max_seqlen_qo": max(q_lens),
-        "uni_seqlen_qo": q_lens[0] if len(set(q_lens)) == 1 else -1,
-        "page_size": 1,
-        "kv_granularity": 16,
-        "causal": True,
-        "max_split_per_batch": -1,
-        "q_dtype": BF16,
-        "kv_dtype": BF16,
-        "arch": "gfx942",
-        "num_cus": 8,
-    }
-    args.update(overrides)
-    return args
-
-
-def works_of(plan: Any) -> list[tuple[int, ...]]:
-    """Works as (batch, loc, qs, qe, ks, ke, off), as the research note writes them."""
-    return [tuple(w[:7]) for w in plan.work_info_set[: plan.num_works].tolist()]
-
-
-def invariants_of(plan: Any, args: dict[str, Any]) -> list[Any]:
-    return check_plan(
-        plan,
-        qo_indptr=args["qo_indptr"],
-        kv_indptr=args["kv_indptr"],
-        kv_last_page_lens=args["kv_last_page_lens"],
-        page_size=args["page_size"],
-        causal=args["causal"],
-    )
+# The planner calls shared by this folder's tests (plancall.py is a helper, not a test module).
+_CALL = runpy.run_path(str(Path(__file__).with_name("plancall.py")))
+BF16, FP8_FN, FP8_FNUZ, invariants_of, plan_args, works_of = (
+    _CALL[name] for name in "BF16 FP8_FN FP8_FNUZ invariants_of plan_args works_of".split()
+)
 
 
 # ---------------------------------------------------------------------------------------
@@ -289,228 +239,6 @@ def test_unwritten_entries_hold_the_sentinel() -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Buffer sizing (research note §1.1)
-
-
-@pytest.mark.parametrize(
-    ("arch", "batch", "sq", "heads", "q", "kv", "cus", "kwargs", "expected"),
-    [
-        # T = ceil(16/128) = 1: max_work = (3+8-1), partial = min(3+7, 2*7)
-        ("gfx942", 3, 1, 16, BF16, BF16, 8, {}, (9, 10, 4, 3, 10)),
-        # #3855: partial = max(min(767, 510), 512 + min(256, 32*512)) = 768, not 512*32
-        (
-            "gfx942",
-            512,
-            1,
-            16,
-            BF16,
-            BF16,
-            256,
-            {"max_split_per_batch": 32},
-            (257, 767, 513, 512, 768),
-        ),
-        # folded bf16 128 heads: default T = ceil(256/16) = 16
-        ("gfx942", 4, 2, 128, BF16, BF16, 304, {}, (305, 4912, 65, 64, 4912)),
-        # gfx950 bf16 48 heads, S 4: T = S = 4
-        ("gfx950", 2, 4, 48, BF16, BF16, 256, {}, (257, 1028, 9, 8, 1028)),
-        # gfx950 fp8 32 heads, S 3: T = ceil(96/64) = 2
-        ("gfx950", 5, 3, 32, FP8_FN, FP8_FN, 80, {}, (81, 168, 11, 10, 168)),
-        # gfx950 bf16 128 heads, S 2: T = S = 2 (2*128 > 128)
-        ("gfx950", 3, 2, 128, BF16, BF16, 256, {}, (257, 516, 7, 6, 516)),
-        # gfx942 fp8 64 heads S 1: T = ceil(64/128) = 1
-        ("gfx942", 6, 1, 64, FP8_FNUZ, FP8_FNUZ, 304, {}, (305, 309, 7, 6, 309)),
-        # triton 128 heads, S 4: fold 2 x 4 tiles = 8
-        ("triton", 2, 4, 128, BF16, BF16, 132, {}, (133, 1064, 17, 16, 1064)),
-        # triton 16 heads, S 4: 4*16 <= 64, one tile
-        ("triton", 2, 4, 16, BF16, BF16, 132, {}, (133, 133, 3, 2, 133)),
-        # not fast mode: tile_cnt * max_splits
-        ("gfx942", 3, 1, 16, BF16, BF16, 8, {"fast_mode": False}, (9, 24, 4, 3, 24)),
-        # sparse: eff_sq 1, B' = B * S = 8
-        ("gfx942", 2, 4, 16, BF16, BF16, 8, {"is_sparse": True}, (9, 15, 9, 8, 14)),
-    ],
-)
-def test_metadata_buffer_sizes_follow_get_mla_metadata_info_v1(
-    arch: str,
-    batch: int,
-    sq: int,
-    heads: int,
-    q: torch.dtype,
-    kv: torch.dtype,
-    cus: int,
-    kwargs: dict[str, Any],
-    expected: tuple[int, int, int, int, int],
-) -> None:
-    sizes = metadata_buffer_sizes(batch, sq, heads, q, kv, arch=arch, num_cus=cus, **kwargs)
-    wip, max_work, ri, tiles, partial = expected
-    assert sizes == (
-        ((2,), torch.uint64),
-        ((wip,), torch.int32),
-        ((max_work, 8), torch.int32),
-        ((ri,), torch.int32),
-        ((tiles, 2), torch.int32),
-        ((partial,), torch.int32),
-    )
-
-
-def test_planner_buffers_have_the_info_sizes() -> None:
-    args = plan_args([2] * 4, [100, 200, 300, 400], num_heads_q=128, num_cus=304)
-    plan = plan_persistent_decode(**args)
-    sizes = metadata_buffer_sizes(4, 2, 128, BF16, BF16, arch="gfx942", num_cus=304)
-    shapes = [
-        tuple(getattr(plan, n).shape)
-        for n in (
-            "work_indptr",
-            "work_info_set",
-            "reduce_indptr",
-            "reduce_final_map",
-            "reduce_partial_map",
-        )
-    ]
-    assert shapes == [shape for shape, _ in sizes[1:]]
-
-
-def test_allocate_metadata_buffers_fills_five_int32_buffers() -> None:
-    sizes = metadata_buffer_sizes(3, 1, 16, BF16, BF16, arch="gfx942", num_cus=8)
-    buffers = allocate_metadata_buffers(sizes)
-    assert list(buffers) == [
-        "work_indptr",
-        "work_info_set",
-        "reduce_indptr",
-        "reduce_final_map",
-        "reduce_partial_map",
-    ]
-    assert buffers["work_info_set"].shape == (10, 8)
-    assert all(b.dtype == torch.int32 and (b == UNWRITTEN).all() for b in buffers.values())
-
-
-def test_sizing_rejects_none_dtype() -> None:
-    with pytest.raises(PlanError, match=r"^kv_dtype: .*None"):
-        metadata_buffer_sizes(3, 1, 16, BF16, None, arch="gfx942", num_cus=8)  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------------------------------
-# Bad input: one test per error; the message starts with the argument's name
-
-
-def expect_error(argument: str, **overrides: Any) -> PlanError:
-    base = {"q_lens": [1, 1], "kv_lens": [100, 50]}
-    q_lens = overrides.pop("q_lens", base["q_lens"])
-    kv_lens = overrides.pop("kv_lens", base["kv_lens"])
-    last = overrides.pop("last", None)
-    with pytest.raises(PlanError, match=rf"^{argument}: ") as info:
-        plan_persistent_decode(**plan_args(q_lens, kv_lens, last, **overrides))
-    return info.value
-
-
-def test_error_kv_indptr_not_starting_at_zero() -> None:
-    err = expect_error("kv_indptr", kv_indptr=i32([5, 105, 155]))
-    assert "found 5" in str(err)
-
-
-def test_error_kv_indptr_decreasing() -> None:
-    err = expect_error("kv_indptr", kv_indptr=i32([0, 100, 90]))
-    assert "kv_indptr[1]=100 > kv_indptr[2]=90" in str(err)
-
-
-def test_error_qo_indptr_length_inconsistent() -> None:
-    err = expect_error("qo_indptr", qo_indptr=i32([0, 1]))
-    assert "expected length 3" in str(err)
-
-
-def test_error_kv_last_page_lens_length_inconsistent() -> None:
-    err = expect_error("kv_last_page_lens", kv_last_page_lens=i32([1]))
-    assert "expected length 2" in str(err)
-
-
-def test_error_kv_shorter_than_q_for_causal_decode() -> None:
-    err = expect_error("kv_indptr", q_lens=[4, 4], kv_lens=[100, 2])
-    assert "batch 1 has 2 kv tokens" in str(err)
-
-
-def test_error_q_tokens_above_max_seqlen_qo() -> None:
-    err = expect_error("qo_indptr", q_lens=[1, 3], max_seqlen_qo=2, uni_seqlen_qo=-1)
-    assert "batch 1 has 3 q tokens" in str(err)
-
-
-def test_error_num_heads_not_multiple_of_8() -> None:
-    err = expect_error("num_heads_q", num_heads_q=20)
-    assert "found 20" in str(err)
-
-
-def test_error_heads_neither_native_nor_foldable() -> None:
-    err = expect_error("num_heads_q", num_heads_q=40)  # gfx942 bf16: 40 % 16 != 0
-    assert "40 heads" in str(err)
-
-
-def test_error_triton_heads_not_foldable_by_64() -> None:
-    err = expect_error("num_heads_q", num_heads_q=96, arch="triton")
-    assert "96 heads" in str(err)
-
-
-def test_error_folding_needs_uni_seqlen_qo() -> None:
-    err = expect_error("uni_seqlen_qo", num_heads_q=32, uni_seqlen_qo=-1)
-    assert "found -1" in str(err)
-
-
-def test_error_page_size_not_power_of_two() -> None:
-    err = expect_error("page_size", page_size=24)
-    assert "found 24" in str(err)
-
-
-def test_error_kv_granularity_not_power_of_two() -> None:
-    err = expect_error("kv_granularity", kv_granularity=12)
-    assert "found 12" in str(err)
-
-
-def test_error_uni_seqlen_qo_inconsistent_with_qo_indptr() -> None:
-    err = expect_error("uni_seqlen_qo", q_lens=[1, 2], max_seqlen_qo=2, uni_seqlen_qo=1)
-    assert "qo_indptr[2]=3" in str(err)
-
-
-def test_error_fp8_q_with_bf16_kv() -> None:
-    err = expect_error("q_dtype", q_dtype=FP8_FN, kv_dtype=BF16)
-    assert "float8_e4m3fn" in str(err)
-
-
-def test_error_q_dtype_none() -> None:
-    err = expect_error("q_dtype", q_dtype=None)
-    assert "None" in str(err) and "46997" in str(err)
-
-
-def test_error_kv_dtype_none() -> None:
-    err = expect_error("kv_dtype", kv_dtype=None)
-    assert "None" in str(err)
-
-
-def test_error_unknown_arch_lists_known() -> None:
-    err = expect_error("arch", arch="gfx90a")
-    assert "gfx942" in str(err) and "gfx950" in str(err) and "triton" in str(err)
-
-
-def test_error_num_cus_below_one() -> None:
-    err = expect_error("num_cus", num_cus=0)
-    assert "found 0" in str(err)
-
-
-def test_error_max_split_per_batch_zero() -> None:
-    expect_error("max_split_per_batch", max_split_per_batch=0)
-
-
-def test_error_max_seqlen_qo_below_one() -> None:
-    expect_error("max_seqlen_qo", max_seqlen_qo=0)
-
-
-def test_error_last_page_len_outside_page() -> None:
-    err = expect_error("kv_last_page_lens", page_size=16, last=[17, 4])
-    assert "batch 0 has 17 tokens" in str(err)
-
-
-def test_error_float_index_tensor() -> None:
-    err = expect_error("qo_indptr", qo_indptr=torch.tensor([0.0, 1.0, 2.0]))
-    assert "float32" in str(err)
-
-
-# ---------------------------------------------------------------------------------------
 # Seeded fuzz: invariants hold, the fast walk equals the literal transcription
 
 
@@ -561,22 +289,22 @@ def random_case(rng: random.Random) -> dict[str, Any]:
         tokens.append(max(t, q) if causal else max(t, 0))
     pages = [-(-t // page) for t in tokens]
     last = [t - (p - 1) * page if p else 0 for t, p in zip(tokens, pages, strict=True)]
-    return {
-        "qo_indptr": cumsum0(q_lens),
-        "kv_indptr": cumsum0(pages),
-        "kv_last_page_lens": i32(last if page > 1 else [1] * batch),
-        "num_heads_q": heads,
-        "max_seqlen_qo": sq,
-        "uni_seqlen_qo": -1 if ragged else sq,
-        "page_size": page,
-        "kv_granularity": gran,
-        "causal": causal,
-        "max_split_per_batch": rng.choice([-1, 1, 16, 32]),
-        "q_dtype": q_dtype,
-        "kv_dtype": kv_dtype,
-        "arch": rng.choice(["gfx942", "gfx950", "triton"]),
-        "num_cus": rng.choice([8, 80, 132, 256, 304]),
-    }
+    return plan_args(
+        q_lens,
+        pages,
+        last if page > 1 else None,
+        num_heads_q=heads,
+        max_seqlen_qo=sq,
+        uni_seqlen_qo=-1 if ragged else sq,
+        page_size=page,
+        kv_granularity=gran,
+        causal=causal,
+        max_split_per_batch=rng.choice([-1, 1, 16, 32]),
+        q_dtype=q_dtype,
+        kv_dtype=kv_dtype,
+        arch=rng.choice(["gfx942", "gfx950", "triton"]),
+        num_cus=rng.choice([8, 80, 132, 256, 304]),
+    )
 
 
 def test_fuzz_invariants_hold_and_walks_agree() -> None:
