@@ -14,7 +14,7 @@ Layout (research note aiter_persistent_mla.md §1.3):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -100,4 +100,14 @@ class WorkPlan:
     def to(self, device: torch.device | str) -> WorkPlan:
         """A copy with every buffer on `device`."""
         moved = {name: getattr(self, name).to(device) for name in PLAN_BUFFERS}
-        return replace(self, **moved, params=dict(self.params))
+        # a plain WorkPlan, also from a subclass (the device planner's lazy plan)
+        return WorkPlan(
+            **moved,
+            num_works=self.num_works,
+            num_partials=self.num_partials,
+            num_tiles=self.num_tiles,
+            fold_ratio=self.fold_ratio,
+            heads_per_work=self.heads_per_work,
+            max_seqlen_qo=self.max_seqlen_qo,
+            params=dict(self.params),
+        )

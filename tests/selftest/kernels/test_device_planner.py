@@ -199,6 +199,13 @@ def test_launch_view_reads_nothing_back() -> None:
     assert view.num_works == plan.work_info_set.shape[0]
 
 
+def test_a_device_plan_moves_to_the_host_as_a_plain_plan() -> None:
+    call = base_call()
+    moved = device_plan.plan_on_device(**on_device(call)).to("cpu")
+    assert type(moved) is WorkPlan
+    assert not plan_differences(moved, plan_persistent_decode(**call))
+
+
 def test_buffers_are_reused_and_overwritten_whole() -> None:
     """A second batch of the same size in the same buffers equals its own reference plan."""
     first = base_call()
