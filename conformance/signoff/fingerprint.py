@@ -43,6 +43,7 @@ BACKEND_FILES: dict[str, tuple[str, ...]] = {
     "cuda": (*TRITON_FILES, "kernels/paged.py"),
     "interpret": (*TRITON_FILES, "kernels/paged.py"),
     "rocm": ("backends/rocm/*.py", "kernels/paged.py"),
+    "flashinfer": ("backends/flashinfer_backend.py",),
 }
 ENTRY_POINT_GROUP = "mla_conformance.backends"
 FINGERPRINT_KEY = "fingerprint"
