@@ -114,9 +114,22 @@ def gpu_name() -> str | None:
         return None
 
 
+def _declared_device_kind(backend: str) -> str | None:
+    """The backend's declared ``device_kind``, if the registry is loaded (never imported here)."""
+    registry = sys.modules.get("backends.registry")
+    if registry is None:
+        return None
+    try:
+        return str(registry.get_backend(backend).device_kind)
+    except Exception:  # an unknown or broken backend: fall back to the name
+        return None
+
+
 def device_name(backend: str) -> str | None:
-    """The device a backend runs on: the GPU for cuda/rocm, the CPU model otherwise."""
-    if backend in GPU_BACKENDS:
+    """The device a backend runs on: the GPU for a GPU backend (its declared ``device_kind``,
+    else the built-in names cuda/rocm), the CPU model otherwise."""
+    kind = _declared_device_kind(backend)
+    if kind in GPU_BACKENDS or (kind is None and backend in GPU_BACKENDS):
         return gpu_name()
     return cpu_name()
 
