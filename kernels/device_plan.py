@@ -27,7 +27,7 @@ from conformance.persistent.checks import check_call_scalars, check_index_tensor
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
 from conformance.persistent.planner import plan_params, plan_persistent_decode, takes_planner_call
 from conformance.persistent.setup import PlanShape, derive_shape
-from kernels import triton_planner
+from kernels import planner_setup, triton_planner
 
 PLANNER_ENV = "MLA_TRITON_PLANNER"
 """``device`` (default) or ``host``: where a Triton builder on a CUDA device plans."""
@@ -38,6 +38,11 @@ DEVICE_LIMIT = "beyond the device planner's limits"
 MIN_BLOCK = 128
 """Smallest lane count of a kernel variant (a variant per power of two above)."""
 MIN_PROGRAM_LANES = 512
+FUSED_MAX_ENTRIES = 256
+"""Batches of at most this many entries are planned by the walk kernel alone (one launch);
+larger ones by the setup kernel's grid first (the setup and the fill spread over programs)."""
+SETUP_BLOCK = 128
+"""Entries per program of the setup kernel (one per thread of its 4 warps)."""
 COUNTS = ("num_works", "num_partials", "num_tiles", "status", "sum_blocks", "payload")
 
 
@@ -65,7 +70,7 @@ class DevicePlanBuffers:
             **made,
             counts=torch.zeros(len(COUNTS), dtype=torch.int32, device=device),
             scratch=torch.empty(
-                max(entries, 1) * triton_planner.SCRATCH_FIELDS.value,
+                max(entries, 1) * planner_setup.SCRATCH_FIELDS.value,
                 dtype=torch.int32,
                 device=device,
             ),
@@ -178,12 +183,16 @@ def plan_on_device(
     *,
     buffers: DevicePlanBuffers | None = None,
     num_warps: int | None = None,
+    fused: bool | None = None,
     **call: Any,
 ) -> DeviceWorkPlan:
     """Plan on the device of `kv_indptr` (arguments as `plan_persistent_decode`'s).
 
     `buffers` (from `plan_buffers`) are reused when given, else allocated. Nothing is read
     back: errors of the batch's values surface when the plan's counts are first read.
+    `fused` picks one launch (the walk kernel does the setup and the fill itself) or two
+    (the setup kernel's grid first); by default one up to `FUSED_MAX_ENTRIES` entries.
+    `num_warps` overrides the walk kernel's.
     """
     q_cls, kv_cls = check_call_scalars(call)
     tensors = {
@@ -206,6 +215,43 @@ def plan_on_device(
         shape.sizes[5][0],
     )
     block = max(MIN_BLOCK, triton.next_power_of_2(entries))
+    if fused is None:
+        fused = entries <= FUSED_MAX_ENTRIES
+    batch_scalars = (
+        batch,
+        shape.fold_ratio,
+        call["uni_seqlen_qo"],
+        shape.heads_per_work,
+        shape.packed_rows,
+        call["max_seqlen_qo"],
+    )
+    tile_scalars = (
+        call["kv_granularity"].bit_length() - 1,
+        call["page_size"],
+        int(bool(call["causal"])),
+        _tiling(shape),
+        int(shape.fold_ratio > 1 and shape.profile.folded_batch_tail == "aiter"),
+    )
+    if not fused:
+        fill = (max_work * 8, tile_cnt * 2, pm_len)
+        planner_setup.setup_kernel[(_setup_programs(entries, sum(fill)),)](
+            qo,
+            kv,
+            last,
+            buffers.work_info_set,
+            buffers.reduce_final_map,
+            buffers.reduce_partial_map,
+            buffers.scratch,
+            entries,
+            *batch_scalars,
+            shape.overhead,
+            ntmax,
+            *tile_scalars,
+            *fill,
+            PAGE1=call["page_size"] == 1,
+            BLOCK=SETUP_BLOCK,
+            num_warps=4,
+        )
     triton_planner.plan_kernel[(1,)](
         qo,
         kv,
@@ -218,12 +264,7 @@ def plan_on_device(
         buffers.counts,
         buffers.scratch,
         buffers.marks,
-        batch,
-        shape.fold_ratio,
-        call["uni_seqlen_qo"],
-        shape.heads_per_work,
-        shape.packed_rows,
-        call["max_seqlen_qo"],
+        *batch_scalars,
         shape.num_cu,
         shape.num_splits,
         shape.overhead,
@@ -231,18 +272,22 @@ def plan_on_device(
         max_work,
         tile_cnt,
         pm_len,
-        call["kv_granularity"].bit_length() - 1,
-        call["page_size"],
-        int(bool(call["causal"])),
-        _tiling(shape),
-        int(shape.fold_ratio > 1 and shape.profile.folded_batch_tail == "aiter"),
+        *tile_scalars,
+        entries,
         PAGE1=call["page_size"] == 1,
+        FUSED=fused,
         BLOCK=block,
         KBLOCK=_kblock(shape),
         FILL_BLOCK=1024,
         num_warps=num_warps or _num_warps(block),
     )
     return DeviceWorkPlan(buffers, {**tensors, **call}, shape)
+
+
+def _setup_programs(entries: int, fill: int) -> int:
+    """Programs of the setup kernel: one per `SETUP_BLOCK` entries, or per two blocks of the
+    fill when that takes more."""
+    return max(triton.cdiv(entries, SETUP_BLOCK), triton.cdiv(fill, 2 * SETUP_BLOCK))
 
 
 def _entries(shape: PlanShape, batch: int, max_seqlen_qo: int) -> tuple[int, int]:

@@ -32,9 +32,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernels import planner_setup as ps
+
 STATUS_BITS = {1: "bad input", 2: "tiles left over", 4: "buffer too small", 8: "cost overflow"}
-SCRATCH_FIELDS = tl.constexpr(16)  # int32 fields per tile kept for the programs' gathers
-MAX_COST = tl.constexpr(2**28)  # bound on the sum of tile costs: int32 arithmetic never wraps
 
 
 @triton.jit
@@ -80,8 +80,13 @@ def _max_combine(a, b):
 
 
 @triton.jit
-def _max_max_add(a0, a1, a2, b0, b1, b2):
-    return tl.maximum(a0, b0), tl.maximum(a1, b1), a2 + b2
+def _or_add(a0, a1, b0, b1):
+    return a0 | b0, a1 + b1
+
+
+@triton.jit
+def _get(scratch_ptr, stride, field, e, mask, other):
+    return tl.load(scratch_ptr + field * stride + e, mask=mask, other=other)
 
 
 @triton.jit
@@ -115,6 +120,7 @@ _RUNTIME_SCALARS = (
     "causal",
     "tiling",
     "folded_tail",
+    "stride",
 )
 
 
@@ -149,67 +155,59 @@ def plan_kernel(
     causal,
     tiling,
     folded_tail,
+    stride,
     PAGE1: tl.constexpr,
+    FUSED: tl.constexpr,
     BLOCK: tl.constexpr,
     KBLOCK: tl.constexpr,
     FILL_BLOCK: tl.constexpr,
 ):
     gran = 1 << gran_shift
     o = overhead
-    # ---- setup: one lane per (virtual batch, tile) entry, as the reference's tile setup
+    # ---- per entry (virtual batch, tile): the setup's fields, computed or loaded --------
     e = tl.arange(0, BLOCK)
-    in_range = e < num_batches * ratio * ntmax
-    vb = e // ntmax
-    t = e - vb * ntmax
-    b = vb // ratio
-    kvb = tl.load(kv_ptr + b, mask=in_range, other=0)
-    kve = tl.load(kv_ptr + b + 1, mask=in_range, other=0)
-    qb = tl.load(qo_ptr + b, mask=in_range, other=0)
-    qe = tl.load(qo_ptr + b + 1, mask=in_range, other=1)
-    last = tl.load(last_ptr + b, mask=in_range, other=1)
-    seqlen = qe - qb
-    bad = in_range & ((seqlen < 1) | (seqlen > max_sq) | (kve < kvb))
-    if uni > 0:
-        bad |= in_range & ((qb != uni * b) | (qe != uni * (b + 1)))
-    seqlen = tl.maximum(seqlen, 1)
-    if ratio > 1:
-        q_begin = uni * vb
-        q_stop = q_begin + uni
+    in_range = e < stride
+    if FUSED:
+        fields = ps.tile_fields(
+            e,
+            qo_ptr,
+            kv_ptr,
+            last_ptr,
+            num_batches,
+            ratio,
+            uni,
+            heads,
+            packed_rows,
+            max_sq,
+            overhead,
+            ntmax,
+            gran_shift,
+            page_size,
+            causal,
+            tiling,
+            folded_tail,
+            PAGE1,
+        )
+        vb, q_start, q_end, kvb, kv_stop, kve, last, tsize, cost, flag, tau = fields
     else:
-        q_begin = qb
-        q_stop = qe
-    # qo tiles per virtual batch: 0 one, 1 one per q token, 2 packed rows of heads
-    ntiles = tl.where(
-        tiling == 0,
-        1,
-        tl.where(tiling == 1, seqlen, (seqlen * heads + packed_rows - 1) // packed_rows),
-    )
-    tsize = (seqlen + ntiles - 1) // ntiles
-    bad |= in_range & ((ntiles - 1) * tsize >= seqlen)
-    pages = kve - kvb
-    if PAGE1:
-        tokens = pages
-    else:
-        bad |= in_range & (pages > 0) & ((last < 1) | (last > page_size))
-        tokens = tl.where(pages > 0, (pages - 1) * page_size + last, 0)
-    bad |= in_range & (causal != 0) & (tokens < seqlen)
-    valid = in_range & (t < ntiles)
-    nblk = (pages + gran - 1) >> gran_shift
-    q_start = q_begin + t * tsize
-    q_end = tl.minimum(q_start + tsize, q_stop)
-    if PAGE1:  # the causal trim of a tile's kv (folded: AITER's v1.2 formula)
-        bt = tl.where(folded_tail != 0, ntiles - (q_start // ratio) % uni - 1, ntiles - 1 - t)
-        kv_stop = kve - tl.where(causal != 0, tl.maximum(bt, 0), 0)  # kv end of its last work
-    else:
-        kv_stop = kve
+        vb = _get(scratch_ptr, stride, ps.F_VB, e, in_range, 0)
+        q_start = _get(scratch_ptr, stride, ps.F_QS, e, in_range, 0)
+        q_end = _get(scratch_ptr, stride, ps.F_QE, e, in_range, 0)
+        kvb = _get(scratch_ptr, stride, ps.F_KVB, e, in_range, 0)
+        kv_stop = _get(scratch_ptr, stride, ps.F_STOP, e, in_range, 0)
+        kve = _get(scratch_ptr, stride, ps.F_KVE, e, in_range, 0)
+        last = _get(scratch_ptr, stride, ps.F_LAST, e, in_range, 1)
+        tsize = _get(scratch_ptr, stride, ps.F_TS, e, in_range, 0)
+        cost = _get(scratch_ptr, stride, ps.F_COST, e, in_range, 0)
+        flag = _get(scratch_ptr, stride, ps.F_FLAG, e, in_range, 0)
+        tau = _get(scratch_ptr, stride, ps.F_TAU, e, in_range, 0)
+    valid = (flag & ps.FLAG_VALID) != 0
 
     # ---- costs, their prefix sum, and its quotients by the payload ---------------------
-    cost = tl.where(valid, nblk + o, 0)
-    bad_any, nblk_max, total64 = tl.reduce(
-        (bad.to(tl.int32), nblk, cost.to(tl.int64)), 0, _max_max_add
-    )
+    flags, total64 = tl.reduce((flag, cost.to(tl.int64)), 0, _or_add)
+    bad_any = ((flags & ps.FLAG_BAD) != 0).to(tl.int32)
     bad_any |= (tl.load(kv_ptr) != 0).to(tl.int32) | (tl.load(qo_ptr) != 0).to(tl.int32)
-    overflow = (total64 >= MAX_COST) | (nblk_max >= MAX_COST)
+    overflow = (total64 >= ps.MAX_COST) | ((flags & ps.FLAG_BIG) != 0)
     p_end = tl.cumsum(cost, axis=0)  # P_{i+1}
     p = p_end - cost  # P_i
     p_total = total64.to(tl.int32)
@@ -218,11 +216,9 @@ def plan_kernel(
     r_p = p - q_p * d
     q_pe = p_end // d
     r_pe = p_end - q_pe * d
-    if PAGE1:  # a fragment ending at t - o is absorbed whole once t >= tau
-        need = (kve - max_sq + 1 - kvb + gran - 1) >> gran_shift
-        tau = p + o + tl.maximum(need, 0)
-        q_tau = tau // d
-        r_tau = tau - q_tau * d
+    if PAGE1:  # a fragment ending at t - o is absorbed whole once t >= P_i + tau
+        q_tau = (p + tau) // d
+        r_tau = p + tau - q_tau * d
     q_n = p_total // d
     r_n = p_total - q_n * d
 
@@ -305,23 +301,23 @@ def plan_kernel(
     tl.store(rpm_ptr + red_first, loc_first, mask=is_split & (red_first < pm_len))
 
     # scratch for the programs' gathers, and the program marks
-    row = scratch_ptr + e * SCRATCH_FIELDS
+    if FUSED:  # the setup's fields of a split tile, for the continuations' gathers
+        ps.put(scratch_ptr, stride, ps.F_VB, e, vb, is_split)
+        ps.put(scratch_ptr, stride, ps.F_QS, e, q_start, is_split)
+        ps.put(scratch_ptr, stride, ps.F_QE, e, q_end, is_split)
+        ps.put(scratch_ptr, stride, ps.F_KVB, e, kvb, is_split)
+        ps.put(scratch_ptr, stride, ps.F_STOP, e, kv_stop, is_split)
+        ps.put(scratch_ptr, stride, ps.F_KVE, e, kve, is_split)
+        ps.put(scratch_ptr, stride, ps.F_LAST, e, last, is_split)
+        ps.put(scratch_ptr, stride, ps.F_TS, e, tsize, is_split)
     keep = is_split | fresh
-    tl.store(row + 0, vb, mask=keep)
-    tl.store(row + 1, q_start, mask=keep)
-    tl.store(row + 2, q_end, mask=keep)
-    tl.store(row + 3, kvb, mask=keep)
-    tl.store(row + 4, kv_stop, mask=keep)
-    tl.store(row + 5, kve, mask=keep)
-    tl.store(row + 6, last, mask=keep)
-    tl.store(row + 7, tsize, mask=keep)
-    tl.store(row + 8, base, mask=keep)
-    tl.store(row + 9, w_first, mask=keep)
-    tl.store(row + 10, loc_first, mask=keep)
-    tl.store(row + 11, red_first, mask=keep)
-    tl.store(row + 12, kf, mask=keep)
-    tl.store(row + 13, cont, mask=keep)
-    tl.store(row + 14, fresh.to(tl.int32), mask=keep)
+    ps.put(scratch_ptr, stride, ps.F_BASE, e, base, is_split)
+    ps.put(scratch_ptr, stride, ps.F_W, e, w_first, keep)
+    ps.put(scratch_ptr, stride, ps.F_LOC, e, loc_first, is_split)
+    ps.put(scratch_ptr, stride, ps.F_RED, e, red_first, is_split)
+    ps.put(scratch_ptr, stride, ps.F_KF, e, kf, keep)
+    ps.put(scratch_ptr, stride, ps.F_CONT, e, cont, keep)
+    ps.put(scratch_ptr, stride, ps.F_FRESH, e, fresh.to(tl.int32), keep)
     tl.store(mark_ptr + kf + 1, e, mask=is_split & (kf + 1 < num_cu))
     tl.store(mark_ptr + kf, e, mask=fresh & (kf < num_cu))
     tl.debug_barrier()
@@ -330,28 +326,28 @@ def plan_kernel(
     kin = k < num_cu
     owner = tl.associative_scan(tl.load(mark_ptr + k, mask=kin, other=-1), 0, _max_combine)
     has = kin & (owner >= 0)
-    orow = scratch_ptr + tl.maximum(owner, 0) * SCRATCH_FIELDS
-    o_kf = tl.load(orow + 12, mask=has, other=0)
-    o_cont = tl.load(orow + 13, mask=has, other=0)
-    o_fresh = tl.load(orow + 14, mask=has, other=0)
-    o_w = tl.load(orow + 9, mask=has, other=0)
+    own = tl.maximum(owner, 0)
+    o_kf = _get(scratch_ptr, stride, ps.F_KF, own, has, 0)
+    o_cont = _get(scratch_ptr, stride, ps.F_CONT, own, has, 0)
+    o_fresh = _get(scratch_ptr, stride, ps.F_FRESH, own, has, 0)
+    o_w = _get(scratch_ptr, stride, ps.F_W, own, has, 0)
     dd = k - o_kf
     starts = has & (o_fresh > 0) & (dd == 0)
     cont_here = has & (dd >= 1) & (dd <= o_cont)
     wip = tl.where(starts, o_w, tl.where(cont_here, o_w + dd, num_works))
     tl.store(wip_ptr + k, wip, mask=kin)
     tl.store(wip_ptr + num_cu, num_works)
-    c_vb = tl.load(orow + 0, mask=cont_here, other=0)
-    c_qs = tl.load(orow + 1, mask=cont_here, other=0)
-    c_qe = tl.load(orow + 2, mask=cont_here, other=0)
-    c_kvb = tl.load(orow + 3, mask=cont_here, other=0)
-    c_stop = tl.load(orow + 4, mask=cont_here, other=0)
-    c_kve = tl.load(orow + 5, mask=cont_here, other=0)
-    c_last = tl.load(orow + 6, mask=cont_here, other=1)
-    c_ts = tl.load(orow + 7, mask=cont_here, other=0)
-    c_base = tl.load(orow + 8, mask=cont_here, other=0)
-    c_loc0 = tl.load(orow + 10, mask=cont_here, other=0)
-    c_red0 = tl.load(orow + 11, mask=cont_here, other=0)
+    c_vb = _get(scratch_ptr, stride, ps.F_VB, own, cont_here, 0)
+    c_qs = _get(scratch_ptr, stride, ps.F_QS, own, cont_here, 0)
+    c_qe = _get(scratch_ptr, stride, ps.F_QE, own, cont_here, 0)
+    c_kvb = _get(scratch_ptr, stride, ps.F_KVB, own, cont_here, 0)
+    c_stop = _get(scratch_ptr, stride, ps.F_STOP, own, cont_here, 0)
+    c_kve = _get(scratch_ptr, stride, ps.F_KVE, own, cont_here, 0)
+    c_last = _get(scratch_ptr, stride, ps.F_LAST, own, cont_here, 1)
+    c_ts = _get(scratch_ptr, stride, ps.F_TS, own, cont_here, 0)
+    c_base = _get(scratch_ptr, stride, ps.F_BASE, own, cont_here, 0)
+    c_loc0 = _get(scratch_ptr, stride, ps.F_LOC, own, cont_here, 0)
+    c_red0 = _get(scratch_ptr, stride, ps.F_RED, own, cont_here, 0)
     c_ks = c_kvb + (c_base + (dd - 1) * d) * gran
     c_ke = tl.where(dd == o_cont, c_stop, tl.minimum(c_kvb + (c_base + dd * d) * gran, c_stop))
     c_loc = c_loc0 + dd * c_ts
@@ -373,9 +369,10 @@ def plan_kernel(
     # ---- every entry the plan does not use --------------------------------------------
     tl.store(rip_ptr, 0)
     _fill(rip_ptr, num_tiles + 1, tile_cnt + 1, num_partials, FILL_BLOCK)
-    _fill(rfm_ptr, num_tiles * 2, tile_cnt * 2, -1, FILL_BLOCK)
-    _fill(rpm_ptr, num_partials, pm_len, -1, FILL_BLOCK)
-    _fill(wis_ptr, num_works * 8, max_work * 8, -1, FILL_BLOCK)
+    if FUSED:  # else the setup kernel set these buffers to -1 whole
+        _fill(rfm_ptr, num_tiles * 2, tile_cnt * 2, -1, FILL_BLOCK)
+        _fill(rpm_ptr, num_partials, pm_len, -1, FILL_BLOCK)
+        _fill(wis_ptr, num_works * 8, max_work * 8, -1, FILL_BLOCK)
     status = bad_any | (left << 1) | (too_small.to(tl.int32) << 2) | (overflow.to(tl.int32) << 3)
     tl.store(counts_ptr + 0, num_works)
     tl.store(counts_ptr + 1, num_partials)

@@ -29,6 +29,7 @@ if not ON_GPU:
 
 pytest.importorskip("triton", reason="triton is not installed; the device planner needs it")
 
+import kernels.planner_setup as ps  # noqa: E402
 import kernels.triton_planner as tp  # noqa: E402
 from conformance.errors import PlanError  # noqa: E402
 from conformance.goldens import GoldenStore, load_golden  # noqa: E402
@@ -41,7 +42,8 @@ _PLANCALL = Path(__file__).parents[1] / "persistent" / "plancall.py"
 _PLAN_ARGS = runpy.run_path(str(_PLANCALL))["plan_args"]
 
 if not ON_GPU and type(tp.plan_kernel).__name__ != "InterpretedFunction":
-    tp = importlib.reload(tp)  # imported earlier without the interpreter: decorate again
+    ps = importlib.reload(ps)  # imported earlier without the interpreter: decorate again
+    tp = importlib.reload(tp)
 
 pytestmark = pytest.mark.selftest
 
@@ -107,8 +109,9 @@ def on_device(call: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in call.items()}
 
 
-def test_random_batches_plan_bit_identically() -> None:
-    rng = random.Random(17)
+@pytest.mark.parametrize("fused", [True, False], ids=["one-launch", "setup-grid"])
+def test_random_batches_plan_bit_identically(fused: bool) -> None:
+    rng = random.Random(17 + fused)
     planned = rejected = 0
     while planned < FUZZ:
         call = random_call(rng, large=ON_GPU and rng.random() < 0.5)
@@ -117,7 +120,7 @@ def test_random_batches_plan_bit_identically() -> None:
         except PlanError:
             rejected += 1
             continue
-        actual = device_plan.plan_on_device(**on_device(call))
+        actual = device_plan.plan_on_device(**on_device(call), fused=fused)
         problems = plan_differences(actual, expected)
         scalars = {k: v for k, v in call.items() if not isinstance(v, torch.Tensor)}
         assert not problems, f"batch {planned} ({scalars}):\n  " + "\n  ".join(problems)
@@ -130,10 +133,11 @@ def golden_ids() -> list[str]:
     return ids if ON_GPU else [i for i in ids if i.startswith("tiny-")]
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["one-launch", "setup-grid"])
 @pytest.mark.parametrize("case_id", golden_ids())
-def test_golden_plans_are_reproduced(case_id: str) -> None:
+def test_golden_plans_are_reproduced(case_id: str, fused: bool) -> None:
     golden = load_golden(GoldenStore(), case_id)
-    actual = device_plan.plan_on_device(**on_device(golden.planner_call()))
+    actual = device_plan.plan_on_device(**on_device(golden.planner_call()), fused=fused)
     expected = golden.plan()
     problems = [
         p
@@ -206,55 +210,57 @@ def test_a_device_plan_moves_to_the_host_as_a_plain_plan() -> None:
     assert not plan_differences(moved, plan_persistent_decode(**call))
 
 
-def test_buffers_are_reused_and_overwritten_whole() -> None:
+@pytest.mark.parametrize("fused", [True, False], ids=["one-launch", "setup-grid"])
+def test_buffers_are_reused_and_overwritten_whole(fused: bool) -> None:
     """A second batch of the same size in the same buffers equals its own reference plan."""
     first = base_call()
     second = base_call(kv_indptr=torch.tensor([0, 300, 302], dtype=torch.int32))
     buffers = device_plan.plan_buffers(**on_device(first))
-    device_plan.plan_on_device(**on_device(first), buffers=buffers).host_counts()
-    plan = device_plan.plan_on_device(**on_device(second), buffers=buffers)
+    device_plan.plan_on_device(**on_device(first), buffers=buffers, fused=fused).host_counts()
+    plan = device_plan.plan_on_device(**on_device(second), buffers=buffers, fused=fused)
     assert plan.work_info_set.data_ptr() == buffers.work_info_set.data_ptr()
     assert not plan_differences(plan, plan_persistent_decode(**second))
 
 
-def test_builder_planner_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    host = plan_persistent_decode
-    monkeypatch.delenv(device_plan.PLANNER_ENV, raising=False)
-    assert device_plan.builder_planner(torch.device("cpu"), host) is host
-    assert isinstance(
-        device_plan.builder_planner(torch.device("cuda", 0), host), device_plan.DevicePlanner
-    )
-    monkeypatch.setenv(device_plan.PLANNER_ENV, "host")
-    assert device_plan.builder_planner(torch.device("cuda", 0), host) is host
-    monkeypatch.setenv(device_plan.PLANNER_ENV, "gpu")
-    with pytest.raises(ValueError, match=device_plan.PLANNER_ENV):
-        device_plan.builder_planner(torch.device("cuda", 0), host)
+def poisoned_buffers(call: dict[str, Any]) -> device_plan.DevicePlanBuffers:
+    """Buffers for `call` with every plan entry and scratch field set to 7 (not -1)."""
+    buffers = device_plan.plan_buffers(**on_device(call))
+    for name in (*PLAN_BUFFERS, "scratch"):
+        getattr(buffers, name).fill_(7)
+    return buffers
 
 
-def test_device_planner_checks_at_once_and_falls_back_when_too_large(
+class _WithoutFill:
+    """A launcher of the setup kernel that passes every fill length as 0 (fields only)."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Any:
+        return lambda *args, **kwargs: self.kernel[grid](*args[:-3], 0, 0, 0, **kwargs)
+
+
+def test_the_setup_grid_fills_exactly_the_unused_entries(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    planner = device_plan.DevicePlanner(DEVICE)
-    with pytest.raises(PlanError, match="kv_indptr"):
-        planner(**base_call(kv_indptr=torch.tensor([0, 40, 30], dtype=torch.int32)))
-    monkeypatch.setattr(device_plan, "MAX_ENTRIES", 1)
-    plan = planner(**base_call())
-    assert not isinstance(plan, device_plan.DeviceWorkPlan)
-    assert not plan_differences(plan, plan_persistent_decode(**base_call()))
-
-
-def test_a_batch_over_the_cost_bound_is_refused_and_planned_on_the_host() -> None:
-    call = base_call(
-        qo_indptr=torch.tensor([0, 1], dtype=torch.int32),
-        kv_indptr=torch.tensor([0, 2**28 + 5], dtype=torch.int32),
-        kv_last_page_lens=torch.tensor([1], dtype=torch.int32),
-        max_seqlen_qo=1,
-        uni_seqlen_qo=1,
-        kv_granularity=1,
+    """Over poisoned buffers the two-launch plan equals the reference whole; without the
+    setup kernel's fill (negative control) some unused (-1) entries keep the poison and no
+    used one does: the walk kernel writes every used entry, the fill all the rest."""
+    call = base_call(num_cus=5)
+    expected = plan_persistent_decode(**call)
+    plan = device_plan.plan_on_device(
+        **on_device(call), buffers=poisoned_buffers(call), fused=False
     )
-    plan = device_plan.plan_on_device(**on_device(call))
-    with pytest.raises(PlanError, match=device_plan.DEVICE_LIMIT):
-        plan.host_counts()
-    fallback = device_plan.DevicePlanner(DEVICE)(**call)
-    assert not isinstance(fallback, device_plan.DeviceWorkPlan)
-    assert not plan_differences(fallback, plan_persistent_decode(**call))
+    assert not plan_differences(plan, expected)
+    monkeypatch.setattr(ps, "setup_kernel", _WithoutFill(ps.setup_kernel))
+    broken = device_plan.plan_on_device(
+        **on_device(call), buffers=poisoned_buffers(call), fused=False
+    )
+    kept = 0
+    for name in ("work_info_set", "reduce_final_map", "reduce_partial_map"):
+        got, want = getattr(broken, name).cpu(), getattr(expected, name)
+        differs = got != want
+        assert torch.all(want[differs] == -1), f"{name}: a used entry was left to the fill"
+        assert torch.all(got[differs] == 7), f"{name}: a differing entry is not the poison"
+        kept += int(differs.sum())
+    assert kept > 0, "without the fill no entry kept the poison: the control proves nothing"
