@@ -6,17 +6,24 @@ For every batch size: the planner alone (CUDA events over replays of a CUDA grap
 graph launch), the reference planner on the host for comparison, and the end-to-end step
 (plan + decode + reduce, one graph) against the decode + reduce alone over a fixed plan
 (one graph). Batches: the ``triton`` profile, causal, q length 1, random kv lengths.
+
+``--profile`` times the planner alone in each form (``fused``: the walk kernel does the
+setup and the fill itself, one launch; ``split``: the setup kernel's grid first) for each
+walk ``--warps`` count, and, split, each kernel alone (the other launch skipped); every
+form's plan is first checked equal, buffer by buffer, to the reference planner's (exit 1
+on a mismatch).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -72,6 +79,97 @@ def _batch(batch: int, heads: int, page: int, max_kv: int, seed: int) -> dict[st
         "arch": "triton",
         "num_cus": torch.cuda.get_device_properties(0).multi_processor_count,
     }
+
+
+class _Skipped:
+    """Stands for a kernel whose launches are skipped (``kernel[grid](...)`` does nothing)."""
+
+    def __getitem__(self, grid: object) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
+@contextlib.contextmanager
+def _skipping(module: object, name: str) -> Iterator[None]:
+    kernel = getattr(module, name)
+    setattr(module, name, _Skipped())
+    try:
+        yield
+    finally:
+        setattr(module, name, kernel)
+
+
+def _mismatches(plan: object, expected: object) -> list[str]:
+    from conformance.persistent.plan import PLAN_BUFFERS
+
+    names = [
+        n for n in PLAN_BUFFERS if not torch.equal(getattr(plan, n).cpu(), getattr(expected, n))
+    ]
+    counts = ("num_works", "num_partials", "num_tiles")
+    return names + [n for n in counts if getattr(plan, n) != getattr(expected, n)]
+
+
+def profile_case(batch: int, *, heads: int, page: int, max_kv: int, warps: Sequence[int]) -> list:
+    """Rows of planner-alone timings: every form and walk warp count, split by kernel."""
+    from conformance.persistent import plan_persistent_decode
+    from kernels import device_plan, planner_setup, triton_planner
+
+    host_call = _batch(batch, heads, page, max_kv, 0)
+    expected = plan_persistent_decode(**host_call)
+    call = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in host_call.items()}
+    index = {k: call.pop(k) for k in ("qo_indptr", "kv_indptr", "kv_last_page_lens")}
+    buffers = device_plan.plan_buffers(**index, **call)
+    rows = []
+    for fused, num_warps in itertools.product((True, False), (None, *warps)):
+
+        def plans(fused: bool = fused, num_warps: int | None = num_warps) -> None:
+            for _ in range(CHAIN):
+                device_plan.plan_on_device(
+                    **index, buffers=buffers, fused=fused, num_warps=num_warps, **call
+                )
+
+        for name in ("work_info_set", "reduce_final_map", "reduce_partial_map"):
+            getattr(buffers, name).fill_(7)  # a plan must write every entry
+        plan = device_plan.plan_on_device(
+            **index, buffers=buffers, fused=fused, num_warps=num_warps, **call
+        )
+        row = {
+            "batch_size": batch,
+            "num_heads_q": heads,
+            "form": "fused" if fused else "split",
+            "walk_warps": num_warps or "default",
+            "mismatches": _mismatches(plan, expected),
+            "total_us": _replay_ms(_graph(plans)) / CHAIN * 1e3,
+        }
+        if not fused:
+            with _skipping(triton_planner, "plan_kernel"):
+                row["setup_kernel_us"] = _replay_ms(_graph(plans)) / CHAIN * 1e3
+            with _skipping(planner_setup, "setup_kernel"):
+                row["walk_kernel_us"] = _replay_ms(_graph(plans)) / CHAIN * 1e3
+        rows.append(row)
+    return rows
+
+
+PROFILE_TITLES = "B|H|form|warps|plan µs|setup µs|walk µs|bit-identical".split("|")
+
+
+def format_profile(rows: Sequence[dict]) -> str:
+    """A fixed-width text table of `profile_case` rows."""
+    shown = [
+        {
+            **r,
+            "walk_warps": str(r["walk_warps"]),
+            "setup": f"{r['setup_kernel_us']:.2f}" if "setup_kernel_us" in r else "-",
+            "walk": f"{r['walk_kernel_us']:.2f}" if "walk_kernel_us" in r else "-",
+            "same": "yes" if not r["mismatches"] else ",".join(r["mismatches"]),
+        }
+        for r in rows
+    ]
+    return fixed_width_table(
+        PROFILE_TITLES,
+        "{batch_size:>5} {num_heads_q:>4} {form:>6} {walk_warps:>7} {total_us:>8.2f} "
+        "{setup:>8} {walk:>8} {same:>13}",
+        shown,
+    )
 
 
 def bench_case(
@@ -173,9 +271,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     parser.add_argument("--max-kv-len", type=int, default=4096)
     parser.add_argument("--num-warps", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None, help="write device_planner.json here")
+    parser.add_argument("--profile", action="store_true", help="time the forms and kernels")
+    parser.add_argument("--warps", type=int, nargs="*", default=[4, 8, 16, 32])
     ns = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench_device_planner: no CUDA device")
+    if ns.profile:
+        return _profile(ns)
     rows = [
         bench_case(b, heads=h, page=ns.page_size, max_kv=ns.max_kv_len, num_warps=ns.num_warps)
         for h in ns.heads
@@ -186,6 +288,25 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         ns.out.mkdir(parents=True, exist_ok=True)
         meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
         (ns.out / "device_planner.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    return rows
+
+
+def _profile(ns: argparse.Namespace) -> list[dict]:
+    rows = [
+        row
+        for h in ns.heads
+        for b in ns.batch_sizes
+        for row in profile_case(b, heads=h, page=ns.page_size, max_kv=ns.max_kv_len, warps=ns.warps)
+    ]
+    print(format_profile(rows))
+    if ns.out is not None:
+        ns.out.mkdir(parents=True, exist_ok=True)
+        meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+        text = json.dumps({**meta, "rows": rows}, indent=2)
+        (ns.out / "device_planner_profile.json").write_text(text)
+    bad = [r for r in rows if r["mismatches"]]
+    if bad:
+        raise SystemExit(f"bench_device_planner: {len(bad)} plans differ from the reference")
     return rows
 
 

@@ -378,3 +378,5 @@ def plan_kernel(
     tl.store(counts_ptr + 1, num_partials)
     tl.store(counts_ptr + 2, num_tiles)
     tl.store(counts_ptr + 3, status)
+    tl.store(counts_ptr + 4, p_total)  # sum_blocks (blocks plus overhead of every tile)
+    tl.store(counts_ptr + 5, (p_total + num_splits - 1) // num_splits + o)  # payload

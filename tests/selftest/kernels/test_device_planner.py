@@ -195,6 +195,16 @@ def test_the_comparison_catches_a_changed_entry_and_count() -> None:
     assert [p.split(":")[0] for p in plan_differences(changed, expected)] == ["num_works"]
 
 
+def test_params_are_the_reference_planners() -> None:
+    """The provenance (payload and sum_blocks included) names the same derived scalars."""
+    call = base_call()
+    got = device_plan.plan_on_device(**on_device(call)).params
+    want = plan_persistent_decode(**call).params
+    assert {k: v for k, v in got.items() if k != "planner"} == {
+        k: v for k, v in want.items() if k != "planner"
+    }
+
+
 def test_launch_view_reads_nothing_back() -> None:
     plan = device_plan.plan_on_device(**on_device(base_call()))
     view = device_plan.for_launch(plan)
