@@ -37,7 +37,7 @@ DEVICE_LIMIT = "beyond the device planner's limits"
 """Part of every `PlanError` the device planner raises for a batch the reference can plan."""
 MIN_BLOCK = 128
 """Smallest lane count of a kernel variant (a variant per power of two above)."""
-MIN_PROGRAM_LANES = 512
+MIN_PROGRAM_LANES = 128
 FUSED_MAX_ENTRIES = 256
 """Batches of at most this many entries are planned by the walk kernel alone (one launch);
 larger ones by the setup kernel's grid first (the setup and the fill spread over programs)."""
@@ -160,7 +160,7 @@ def for_launch(plan: WorkPlan) -> WorkPlan:
 
 def _kblock(shape: PlanShape) -> int:
     """Lanes of the per-program vectors: programs + 1 rounded up to a power of two, at
-    least `MIN_PROGRAM_LANES` (one kernel variant for every device of up to 511 CUs)."""
+    least `MIN_PROGRAM_LANES` (256 on a device of 132 SMs)."""
     return max(MIN_PROGRAM_LANES, triton.next_power_of_2(shape.num_cu + 1))
 
 
