@@ -7,11 +7,18 @@
 # CUDA-graph step), cuda.xml (the cuda conformance set, which
 # now plans on the GPU), device_planner.json (the benchmark) and log.txt.
 #
-#   scripts/gpu_planner.sh OUTDIR [--no-conformance]
+#   scripts/gpu_planner.sh OUTDIR [--no-conformance] [--no-bench]
 set -uo pipefail
-out=${1:?usage: scripts/gpu_planner.sh OUTDIR [--no-conformance]}
+out=${1:?usage: scripts/gpu_planner.sh OUTDIR [--no-conformance] [--no-bench]}
 conformance=1
-[ "${2:-}" = "--no-conformance" ] && conformance=0
+bench=1
+for flag in "${@:2}"; do
+  case $flag in
+    --no-conformance) conformance=0 ;;
+    --no-bench) bench=0 ;;
+    *) echo "gpu_planner: unknown flag $flag" >&2; exit 2 ;;
+  esac
+done
 . "$(dirname "$0")/gpu_begin.sh" "$out"
 export MLA_PLANNER_FUZZ=${MLA_PLANNER_FUZZ:-2000}
 start=$(date +%s)
@@ -40,6 +47,8 @@ if [ "$conformance" = 1 ]; then
     || status=$?
   echo "gpu_planner: conformance done after $(( $(date +%s) - start )) s"
 fi
-python3 -m benchmarks.bench_device_planner --out "$out" || status=$?
+if [ "$bench" = 1 ]; then
+  python3 -m benchmarks.bench_device_planner --out "$out" || status=$?
+fi
 echo "gpu_planner: exit status $status after $(( $(date +%s) - start )) s"
 exit "$status"
