@@ -35,6 +35,9 @@ MAX_ENTRIES = 16384
 """Most (virtual batch x qo tile) entries one planner program holds in registers."""
 DEVICE_LIMIT = "beyond the device planner's limits"
 """Part of every `PlanError` the device planner raises for a batch the reference can plan."""
+MAX_PROGRAMS = 8191
+"""Most persistent programs (CUs x occupancy) the device planner plans for: its works
+(entries + 2 per program at most) are counted in 15 bits."""
 MIN_BLOCK = 128
 """Smallest lane count of a kernel variant (a variant per power of two above)."""
 MIN_PROGRAM_LANES = 128
@@ -294,6 +297,10 @@ def _entries(shape: PlanShape, batch: int, max_seqlen_qo: int) -> tuple[int, int
     """(qo tiles per virtual batch at most, entries) of a batch; `PlanError` when too many."""
     ntmax = shape.num_qo_tiles(max_seqlen_qo)
     entries = batch * shape.fold_ratio * ntmax
+    if shape.num_cu > MAX_PROGRAMS:
+        raise PlanError(
+            f"num_cus: {shape.num_cu} programs: {DEVICE_LIMIT} (at most {MAX_PROGRAMS})"
+        )
     if entries > MAX_ENTRIES:
         raise PlanError(
             f"kv_indptr: {batch} batches x {shape.fold_ratio} head groups x {ntmax} qo tiles "

@@ -90,13 +90,13 @@ def _get(scratch_ptr, stride, field, e, mask, other):
 
 
 @triton.jit
-def _add3(a0, a1, a2, b0, b1, b2):
-    return a0 + b0, a1 + b1, a2 + b2
+def _add2(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
 
 
 @triton.jit
-def _add4(a0, a1, a2, a3, b0, b1, b2, b3):
-    return a0 + b0, a1 + b1, a2 + b2, a3 + b3
+def _add3(a0, a1, a2, b0, b1, b2):
+    return a0 + b0, a1 + b1, a2 + b2
 
 
 # The batch's scalars change every step: specializing on them (Triton keys a compile on an
@@ -275,12 +275,18 @@ def plan_kernel(
     gp = tl.where(cont > 0, g, 0)  # partials
     pw = gp * tsize  # partial rows
     vi = valid.to(tl.int32)  # tiles
-    w_first, red_first, loc_first, tile_id = tl.associative_scan((g, gp, pw, vi), 0, _add4)
-    w_first -= g
+    # works and tiles scanned as one word: fewer than 2**15 works and 2**16 tiles (the
+    # host bounds entries and programs), so the low half never carries into the high one
+    gv = (g << 16) + vi
+    gv_first, red_first, loc_first = tl.associative_scan((gv, gp, pw), 0, _add3)
+    gv_first -= gv
+    w_first = gv_first >> 16
+    tile_id = gv_first & 0xFFFF
     red_first -= gp
     loc_first -= pw
-    tile_id -= vi
-    num_works, num_partials, num_tiles = tl.reduce((g, gp, vi), 0, _add3)
+    gv_all, num_partials = tl.reduce((gv, gp), 0, _add2)
+    num_works = gv_all >> 16
+    num_tiles = gv_all & 0xFFFF
     too_small = (num_works > max_work) | (num_partials > pm_len) | (num_tiles > tile_cnt)
     tl.debug_barrier()
     is_split = valid & (cont > 0)
