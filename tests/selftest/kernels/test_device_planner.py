@@ -274,3 +274,49 @@ def test_the_setup_grid_fills_exactly_the_unused_entries(
         assert torch.all(got[differs] == 7), f"{name}: a differing entry is not the poison"
         kept += int(differs.sum())
     assert kept > 0, "without the fill no entry kept the poison: the control proves nothing"
+
+
+def test_builder_planner_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = plan_persistent_decode
+    monkeypatch.delenv(device_plan.PLANNER_ENV, raising=False)
+    assert device_plan.builder_planner(torch.device("cpu"), host) is host
+    assert isinstance(
+        device_plan.builder_planner(torch.device("cuda", 0), host), device_plan.DevicePlanner
+    )
+    monkeypatch.setenv(device_plan.PLANNER_ENV, "host")
+    assert device_plan.builder_planner(torch.device("cuda", 0), host) is host
+    monkeypatch.setenv(device_plan.PLANNER_ENV, "gpu")
+    with pytest.raises(ValueError, match=device_plan.PLANNER_ENV):
+        device_plan.builder_planner(torch.device("cuda", 0), host)
+
+
+@pytest.mark.parametrize("limit", ["MAX_ENTRIES", "MAX_PROGRAMS"])
+def test_device_planner_checks_at_once_and_falls_back_when_too_large(
+    monkeypatch: pytest.MonkeyPatch, limit: str
+) -> None:
+    planner = device_plan.DevicePlanner(DEVICE)
+    with pytest.raises(PlanError, match="kv_indptr"):
+        planner(**base_call(kv_indptr=torch.tensor([0, 40, 30], dtype=torch.int32)))
+    monkeypatch.setattr(device_plan, limit, 1)
+    with pytest.raises(PlanError, match=device_plan.DEVICE_LIMIT):
+        device_plan.plan_on_device(**on_device(base_call()))
+    plan = planner(**base_call())
+    assert not isinstance(plan, device_plan.DeviceWorkPlan)
+    assert not plan_differences(plan, plan_persistent_decode(**base_call()))
+
+
+def test_a_batch_over_the_cost_bound_is_refused_and_planned_on_the_host() -> None:
+    call = base_call(
+        qo_indptr=torch.tensor([0, 1], dtype=torch.int32),
+        kv_indptr=torch.tensor([0, 2**28 + 5], dtype=torch.int32),
+        kv_last_page_lens=torch.tensor([1], dtype=torch.int32),
+        max_seqlen_qo=1,
+        uni_seqlen_qo=1,
+        kv_granularity=1,
+    )
+    plan = device_plan.plan_on_device(**on_device(call))
+    with pytest.raises(PlanError, match=device_plan.DEVICE_LIMIT):
+        plan.host_counts()
+    fallback = device_plan.DevicePlanner(DEVICE)(**call)
+    assert not isinstance(fallback, device_plan.DeviceWorkPlan)
+    assert not plan_differences(fallback, plan_persistent_decode(**call))
