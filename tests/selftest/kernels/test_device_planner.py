@@ -320,3 +320,23 @@ def test_a_batch_over_the_cost_bound_is_refused_and_planned_on_the_host() -> Non
     fallback = device_plan.DevicePlanner(DEVICE)(**call)
     assert not isinstance(fallback, device_plan.DeviceWorkPlan)
     assert not plan_differences(fallback, plan_persistent_decode(**call))
+
+
+@pytest.mark.skipif(not ON_GPU or torch.version.hip is not None, reason="CUDA graphs need CUDA")
+@pytest.mark.parametrize("fused", [True, False], ids=["one-launch", "setup-grid"])
+def test_a_captured_plan_replays_for_another_batch(fused: bool) -> None:
+    """Both forms in a CUDA graph: replayed over new inputs, the plan is that batch's."""
+    first = base_call(num_cus=132)
+    second = base_call(num_cus=132, kv_indptr=torch.tensor([0, 300, 302], dtype=torch.int32))
+    inputs = on_device(first)
+    buffers = device_plan.plan_buffers(**inputs)
+    device_plan.plan_on_device(**inputs, buffers=buffers, fused=fused)  # compile first
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan = device_plan.plan_on_device(**inputs, buffers=buffers, fused=fused)
+    for name in ("qo_indptr", "kv_indptr", "kv_last_page_lens"):
+        inputs[name].copy_(second[name])
+    graph.replay()
+    torch.cuda.synchronize()
+    assert not plan_differences(plan, plan_persistent_decode(**second))
