@@ -41,27 +41,14 @@ MAX_COST = tl.constexpr(2**28)  # bound on the sum of tile costs: int32 arithmet
 
 
 @triton.jit
-def tile_fields(
-    e,
-    qo_ptr,
-    kv_ptr,
-    last_ptr,
-    num_batches,
-    ratio,
-    uni,
-    heads,
-    packed_rows,
-    max_sq,
-    overhead,
-    ntmax,
-    gran_shift,
-    page_size,
-    causal,
-    tiling,
-    folded_tail,
-    PAGE1: tl.constexpr,
-):
-    """Per entry: (vb, q_start, q_end, kvb, kv_stop, kve, last, tsize, cost, flag, tau)."""
+def tile_fields(e, qo_ptr, kv_ptr, last_ptr, batch, tiling_of, PAGE1: tl.constexpr):
+    """Per entry: (vb, q_start, q_end, kvb, kv_stop, kve, last, tsize, cost, flag, tau).
+
+    ``batch`` = (num_batches, ratio, uni, heads, packed_rows, max_sq, overhead, ntmax) and
+    ``tiling_of`` = (gran_shift, page_size, causal, tiling, folded_tail), the kernels' scalars.
+    """
+    num_batches, ratio, uni, heads, packed_rows, max_sq, overhead, ntmax = batch
+    gran_shift, page_size, causal, tiling, folded_tail = tiling_of
     gran = 1 << gran_shift
     in_range = e < num_batches * ratio * ntmax
     vb = e // ntmax
@@ -189,26 +176,9 @@ def setup_kernel(
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     e = pid * BLOCK + tl.arange(0, BLOCK)
-    fields = tile_fields(
-        e,
-        qo_ptr,
-        kv_ptr,
-        last_ptr,
-        num_batches,
-        ratio,
-        uni,
-        heads,
-        packed_rows,
-        max_sq,
-        overhead,
-        ntmax,
-        gran_shift,
-        page_size,
-        causal,
-        tiling,
-        folded_tail,
-        PAGE1,
-    )
+    batch = (num_batches, ratio, uni, heads, packed_rows, max_sq, overhead, ntmax)
+    tiling_of = (gran_shift, page_size, causal, tiling, folded_tail)
+    fields = tile_fields(e, qo_ptr, kv_ptr, last_ptr, batch, tiling_of, PAGE1)
     vb, q_start, q_end, kvb, kv_stop, kve, last, tsize, cost, flag, tau = fields
     m = e < stride
     put(scratch_ptr, stride, F_VB, e, vb, m)

@@ -168,26 +168,9 @@ def plan_kernel(
     e = tl.arange(0, BLOCK)
     in_range = e < stride
     if FUSED:
-        fields = ps.tile_fields(
-            e,
-            qo_ptr,
-            kv_ptr,
-            last_ptr,
-            num_batches,
-            ratio,
-            uni,
-            heads,
-            packed_rows,
-            max_sq,
-            overhead,
-            ntmax,
-            gran_shift,
-            page_size,
-            causal,
-            tiling,
-            folded_tail,
-            PAGE1,
-        )
+        batch = (num_batches, ratio, uni, heads, packed_rows, max_sq, overhead, ntmax)
+        tiling_of = (gran_shift, page_size, causal, tiling, folded_tail)
+        fields = ps.tile_fields(e, qo_ptr, kv_ptr, last_ptr, batch, tiling_of, PAGE1)
         vb, q_start, q_end, kvb, kv_stop, kve, last, tsize, cost, flag, tau = fields
     else:
         vb = _get(scratch_ptr, stride, ps.F_VB, e, in_range, 0)
