@@ -23,10 +23,10 @@ F_STOP = tl.constexpr(4)
 F_KVE = tl.constexpr(5)
 F_LAST = tl.constexpr(6)
 F_TS = tl.constexpr(7)
-F_BASE = tl.constexpr(8)
-F_W = tl.constexpr(9)
-F_LOC = tl.constexpr(10)
-F_RED = tl.constexpr(11)
+F_BASE = tl.constexpr(8)  # 8-10: of a split tile
+F_LOC = tl.constexpr(9)
+F_RED = tl.constexpr(10)
+F_W = tl.constexpr(11)  # 11-14: of a split tile or one that starts a program
 F_KF = tl.constexpr(12)
 F_CONT = tl.constexpr(13)
 F_FRESH = tl.constexpr(14)
@@ -107,9 +107,10 @@ def tile_fields(e, qo_ptr, kv_ptr, last_ptr, batch, tiling_of, PAGE1: tl.constex
 
 
 @triton.jit
-def put(scratch_ptr, stride, field, e, value, mask):
-    """Scratch field `field` of entries `e` = `value` (field-major)."""
-    tl.store(scratch_ptr + field * stride + e, value, mask=mask)
+def put_fields(scratch_ptr, stride, first: tl.constexpr, e, values, mask):
+    """Scratch fields ``first``, ``first + 1``, ... of entries `e` = the tuple `values`."""
+    for i in tl.static_range(len(values)):
+        tl.store(scratch_ptr + (first + i) * stride + e, values[i], mask=mask)
 
 
 @triton.jit
@@ -122,25 +123,11 @@ def fill_span(ptr, n, value, pid, num_programs, BLOCK: tl.constexpr):
         tl.store(ptr + idx, tl.full([BLOCK], value, tl.int32), mask=idx < tl.minimum(lo + share, n))
 
 
-_RUNTIME_SCALARS = (
-    "stride",
-    "num_batches",
-    "ratio",
-    "uni",
-    "heads",
-    "packed_rows",
-    "max_sq",
-    "overhead",
-    "ntmax",
-    "gran_shift",
-    "page_size",
-    "causal",
-    "tiling",
-    "folded_tail",
-    "wis_len",
-    "rfm_len",
-    "rpm_len",
-)
+# The scalars of `tile_fields`, not specialized on (kernels/triton_planner.py says why).
+BATCH_SCALARS = ("num_batches", "ratio", "uni", "heads", "packed_rows", "max_sq")
+TILING_SCALARS = ("gran_shift", "page_size", "causal", "tiling", "folded_tail")
+_RUNTIME_SCALARS = ("stride", *BATCH_SCALARS, "overhead", "ntmax", *TILING_SCALARS)
+_RUNTIME_SCALARS += ("wis_len", "rfm_len", "rpm_len")
 
 
 @triton.jit(do_not_specialize=_RUNTIME_SCALARS)
@@ -180,18 +167,9 @@ def setup_kernel(
     tiling_of = (gran_shift, page_size, causal, tiling, folded_tail)
     fields = tile_fields(e, qo_ptr, kv_ptr, last_ptr, batch, tiling_of, PAGE1)
     vb, q_start, q_end, kvb, kv_stop, kve, last, tsize, cost, flag, tau = fields
-    m = e < stride
-    put(scratch_ptr, stride, F_VB, e, vb, m)
-    put(scratch_ptr, stride, F_QS, e, q_start, m)
-    put(scratch_ptr, stride, F_QE, e, q_end, m)
-    put(scratch_ptr, stride, F_KVB, e, kvb, m)
-    put(scratch_ptr, stride, F_STOP, e, kv_stop, m)
-    put(scratch_ptr, stride, F_KVE, e, kve, m)
-    put(scratch_ptr, stride, F_LAST, e, last, m)
-    put(scratch_ptr, stride, F_TS, e, tsize, m)
-    put(scratch_ptr, stride, F_COST, e, cost, m)
-    put(scratch_ptr, stride, F_FLAG, e, flag, m)
-    put(scratch_ptr, stride, F_TAU, e, tau, m)
+    static = (vb, q_start, q_end, kvb, kv_stop, kve, last, tsize)
+    put_fields(scratch_ptr, stride, F_VB, e, static, e < stride)
+    put_fields(scratch_ptr, stride, F_COST, e, (cost, flag, tau), e < stride)
     fill_span(wis_ptr, wis_len, -1, pid, nprog, BLOCK)
     fill_span(rfm_ptr, rfm_len, -1, pid, nprog, BLOCK)
     fill_span(rpm_ptr, rpm_len, -1, pid, nprog, BLOCK)

@@ -101,27 +101,8 @@ def _add3(a0, a1, a2, b0, b1, b2):
 
 # The batch's scalars change every step: specializing on them (Triton keys a compile on an
 # int being 1 or a multiple of 16) would compile a new variant for many batches.
-_RUNTIME_SCALARS = (
-    "num_batches",
-    "ratio",
-    "uni",
-    "heads",
-    "packed_rows",
-    "max_sq",
-    "num_cu",
-    "num_splits",
-    "overhead",
-    "ntmax",
-    "max_work",
-    "tile_cnt",
-    "pm_len",
-    "gran_shift",
-    "page_size",
-    "causal",
-    "tiling",
-    "folded_tail",
-    "stride",
-)
+_RUNTIME_SCALARS = (*ps.BATCH_SCALARS, "num_cu", "num_splits", "overhead", "ntmax")
+_RUNTIME_SCALARS += ("max_work", "tile_cnt", "pm_len", *ps.TILING_SCALARS, "stride")
 
 
 @triton.jit(do_not_specialize=_RUNTIME_SCALARS)
@@ -291,22 +272,11 @@ def plan_kernel(
 
     # scratch for the programs' gathers, and the program marks
     if FUSED:  # the setup's fields of a split tile, for the continuations' gathers
-        ps.put(scratch_ptr, stride, ps.F_VB, e, vb, is_split)
-        ps.put(scratch_ptr, stride, ps.F_QS, e, q_start, is_split)
-        ps.put(scratch_ptr, stride, ps.F_QE, e, q_end, is_split)
-        ps.put(scratch_ptr, stride, ps.F_KVB, e, kvb, is_split)
-        ps.put(scratch_ptr, stride, ps.F_STOP, e, kv_stop, is_split)
-        ps.put(scratch_ptr, stride, ps.F_KVE, e, kve, is_split)
-        ps.put(scratch_ptr, stride, ps.F_LAST, e, last, is_split)
-        ps.put(scratch_ptr, stride, ps.F_TS, e, tsize, is_split)
-    keep = is_split | fresh
-    ps.put(scratch_ptr, stride, ps.F_BASE, e, base, is_split)
-    ps.put(scratch_ptr, stride, ps.F_W, e, w_first, keep)
-    ps.put(scratch_ptr, stride, ps.F_LOC, e, loc_first, is_split)
-    ps.put(scratch_ptr, stride, ps.F_RED, e, red_first, is_split)
-    ps.put(scratch_ptr, stride, ps.F_KF, e, kf, keep)
-    ps.put(scratch_ptr, stride, ps.F_CONT, e, cont, keep)
-    ps.put(scratch_ptr, stride, ps.F_FRESH, e, fresh.to(tl.int32), keep)
+        static = (vb, q_start, q_end, kvb, kv_stop, kve, last, tsize)
+        ps.put_fields(scratch_ptr, stride, ps.F_VB, e, static, is_split)
+    ps.put_fields(scratch_ptr, stride, ps.F_BASE, e, (base, loc_first, red_first), is_split)
+    dynamic = (w_first, kf, cont, fresh.to(tl.int32))
+    ps.put_fields(scratch_ptr, stride, ps.F_W, e, dynamic, is_split | fresh)
     tl.store(mark_ptr + kf + 1, e, mask=is_split & (kf + 1 < num_cu))
     tl.store(mark_ptr + kf, e, mask=fresh & (kf < num_cu))
     tl.debug_barrier()
