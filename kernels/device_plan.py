@@ -1,12 +1,12 @@
 """The device planner's host side: buffers, launch, the plan object, the builder's choice.
 
 `plan_on_device` answers the reference planner's call (`plan_persistent_decode`'s
-arguments) with the Triton planner (kernels/triton_planner.py) on the inputs' device. It
-reads no data on the host: everything it derives comes from the call's scalars and the
-tensors' lengths, so a step of plan + decode + reduce over fixed buffers
-(`planned_decode`) can be captured in a CUDA graph. Its `DeviceWorkPlan` reads the counts
-back (one small copy) only when asked for them; a plan the reference planner would reject
-raises that planner's `PlanError` there.
+arguments) with the Triton planner (kernels/planner_setup.py, kernels/triton_planner.py) on
+the inputs' device. It reads no data on the host: everything it derives comes from the
+call's scalars and the tensors' lengths, so a step of plan + decode + reduce over fixed
+buffers (`planned_decode`) can be captured in a CUDA graph. Its `DeviceWorkPlan` reads the
+counts back (one small copy) only when asked for them; a plan the reference planner would
+reject raises that planner's `PlanError` there.
 
 `builder_planner` is the planner a Triton builder uses: this one on a CUDA device unless
 ``MLA_TRITON_PLANNER=host``, the reference planner otherwise.

@@ -1,9 +1,13 @@
-"""The persistent-decode planner as one Triton program: AITER's v1.2 walk without a serial loop.
+"""The persistent-decode planner's walk as one Triton program: AITER's v1.2 walk without a loop.
 
 It writes the same buffers as the reference planner (conformance/persistent/planner.py) from
 device-resident ``qo_indptr``, ``kv_indptr`` and ``kv_last_page_lens``, with no host sync,
 into buffers of fixed size (CUDA-graph capturable). One program (CTA) holds every qo tile
 in registers (one lane per tile; the host pads tiles to ``NTMAX`` per virtual batch).
+``FUSED``: it computes the tiles' setup itself (`planner_setup.tile_fields`) and fills
+every unused entry; else it loads the setup's fields from the scratch, where the setup
+kernel (kernels/planner_setup.py), launched before it, wrote them after setting
+``work_info_set``, ``reduce_final_map`` and ``reduce_partial_map`` to -1 whole.
 
 The walk, in the cost space of the reference's fast walk (tile ``i`` spans
 ``[P_i, P_i + blocks_i + overhead)``, ``P`` the prefix sum of tile costs): a program that
@@ -21,10 +25,11 @@ and every round only compares them.
 Then every tile writes its first work, reduce entries and partial entries, and every
 program writes its ``work_indptr`` entry and the continuation fragment it starts with
 (found through a per-program mark array and a running max). Every entry the plan does
-not use is set to -1 (`UNWRITTEN`), so the buffers equal the reference's whole.
+not use holds -1 (`UNWRITTEN`) and the ``reduce_indptr`` tail ``num_partials``, so the
+buffers equal the reference's whole.
 
-``counts`` receives ``(num_works, num_partials, num_tiles, status)``; ``status`` is a
-bit set of `STATUS_BITS` (0: a valid plan).
+``counts`` receives ``(num_works, num_partials, num_tiles, status, sum_blocks, payload)``;
+``status`` is a bit set of `STATUS_BITS` (0: a valid plan).
 """
 
 from __future__ import annotations
