@@ -12,7 +12,7 @@
 #    OUT/device_planner.json, and its profile (each form, each walk warp count, each kernel
 #    alone, every plan checked bit-identical to the reference) OUT/device_planner_profile.json.
 # 4. OUT/summary.md side by side, and OUT/log.txt. Exit status non-zero on any failure or
-#    mismatch.
+#    mismatch. MLA_PLANNER_FUZZ (default 2000 random batches per form) and OLD_REV may be set.
 set -uo pipefail
 : "${OUT:?set OUT to the output directory}"
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
@@ -23,6 +23,7 @@ start=$(date +%s)
 
 bash scripts/gpu_planner.sh "$OUT/selftests" --no-conformance --no-bench > /dev/null \
   || { status=$?; echo "gpu_planner_profile: selftests FAILED (see selftests/log.txt)"; }
+sleep 1  # its log's tee may still be writing
 tail -n 5 "$OUT/selftests/log.txt"
 echo "gpu_planner_profile: selftests done after $(( $(date +%s) - start )) s"
 . scripts/carried_wheels.sh
