@@ -214,16 +214,14 @@ def plan_kernel(
         if PAGE1:
             r_abs = tl.maximum(_floor_diff(q_tau, r_tau, q_b, r_b), r_lo)
             r_ev = tl.where(has_t & (~waste) & (r_abs <= r_hi), r_abs, r_ev)
-        # the first snap: tiles' step ranges are disjoint, so one tile at most has the
-        # least event step below `big`; the end of the tiles wins only before it (an event
-        # step of `big` leaves tiles over: the plan is refused whatever the snap)
-        r_ev = tl.minimum(r_ev, big)
-        r_min = tl.min(r_ev, axis=0)
-        snap_ev = tl.max(tl.where(r_ev == r_min, tl.where(waste, pj, q_pe * d + r_pe), -1), 0)
-        r_end = tl.minimum(tl.maximum(_floor_diff(q_n, r_n, q_b, r_b), 0), big)
-        use_end = (r_end < r_min) | (r_min >= big)
-        r_star = tl.where(use_end, r_end, r_min)
-        snap = tl.where(use_end, p_total, snap_ev)
+        snap_p = tl.where(waste, pj, q_pe * d + r_pe)
+        key = (tl.minimum(r_ev, big).to(tl.int64) << 32) | snap_p.to(tl.int64)
+        r_end = tl.maximum(_floor_diff(q_n, r_n, q_b, r_b), 0)
+        key_end = (tl.minimum(r_end, big).to(tl.int64) << 32) | p_total.to(tl.int64)
+        best = tl.minimum(tl.min(key, axis=0), key_end)
+        r_star64 = best >> 32
+        r_star = r_star64.to(tl.int32)
+        snap = (best - (r_star64 << 32)).to(tl.int32)
         left |= (r_star >= num_cu - s).to(tl.int32)
         q_a = a // d
         r_a = a - q_a * d
