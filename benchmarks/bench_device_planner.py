@@ -8,10 +8,11 @@ graph launch), the reference planner on the host for comparison, and the end-to-
 (one graph). Batches: the ``triton`` profile, causal, q length 1, random kv lengths.
 
 ``--profile`` times the planner alone in each form (``fused``: the walk kernel does the
-setup and the fill itself, one launch; ``split``: the setup kernel's grid first) for each
-walk ``--warps`` count, and, split, each kernel alone (the other launch skipped); every
-form's plan is first checked equal, buffer by buffer, to the reference planner's (exit 1
-on a mismatch).
+setup and the fill itself, one launch; ``split``: the setup kernel's grid first;
+``split-pdl``: the walk launched as its programmatic dependent, on Hopper) for each walk
+``--warps`` count, and, split, each kernel alone (the other launch skipped); every form's
+plan is first checked equal, buffer by buffer, to the reference planner's (exit 1 on a
+mismatch).
 """
 
 from __future__ import annotations
@@ -121,29 +122,29 @@ def profile_case(batch: int, *, heads: int, page: int, max_kv: int, warps: Seque
     entries = buffers.scratch.numel() // planner_setup.SCRATCH_FIELDS.value
     lanes = max(device_plan.MIN_BLOCK, 1 << (entries - 1).bit_length())  # the walk's BLOCK
     warps = [w for w in warps if 32 * w <= lanes]  # more threads than lanes: never chosen
+    forms = {"fused": {"fused": True}, "split": {"fused": False}}
+    if torch.cuda.get_device_capability()[0] >= 9:
+        forms["split-pdl"] = {"fused": False, "pdl": True}
     rows = []
-    for fused, num_warps in itertools.product((True, False), (None, *warps)):
+    for (form, keywords), num_warps in itertools.product(forms.items(), (None, *warps)):
+        keywords = {**keywords, "num_warps": num_warps}
 
-        def plans(fused: bool = fused, num_warps: int | None = num_warps) -> None:
+        def plans(keywords: dict = keywords) -> None:
             for _ in range(CHAIN):
-                device_plan.plan_on_device(
-                    **index, buffers=buffers, fused=fused, num_warps=num_warps, **call
-                )
+                device_plan.plan_on_device(**index, buffers=buffers, **keywords, **call)
 
         for name in ("work_info_set", "reduce_final_map", "reduce_partial_map"):
             getattr(buffers, name).fill_(7)  # a plan must write every entry
-        plan = device_plan.plan_on_device(
-            **index, buffers=buffers, fused=fused, num_warps=num_warps, **call
-        )
+        plan = device_plan.plan_on_device(**index, buffers=buffers, **keywords, **call)
         row = {
             "batch_size": batch,
             "num_heads_q": heads,
-            "form": "fused" if fused else "split",
+            "form": form,
             "walk_warps": num_warps or "default",
             "mismatches": _mismatches(plan, expected),
             "total_us": _replay_ms(_graph(plans)) / CHAIN * 1e3,
         }
-        if not fused:
+        if form == "split":
             with _skipping(triton_planner, "plan_kernel"):
                 row["setup_kernel_us"] = _replay_ms(_graph(plans)) / CHAIN * 1e3
             with _skipping(planner_setup, "setup_kernel"):
@@ -169,7 +170,7 @@ def format_profile(rows: Sequence[dict]) -> str:
     ]
     return fixed_width_table(
         PROFILE_TITLES,
-        "{batch_size:>5} {num_heads_q:>4} {form:>6} {walk_warps:>7} {total_us:>8.2f} "
+        "{batch_size:>5} {num_heads_q:>4} {form:>9} {walk_warps:>7} {total_us:>8.2f} "
         "{setup:>8} {walk:>8} {same:>13}",
         shown,
     )

@@ -187,6 +187,7 @@ def plan_on_device(
     buffers: DevicePlanBuffers | None = None,
     num_warps: int | None = None,
     fused: bool | None = None,
+    pdl: bool = False,
     **call: Any,
 ) -> DeviceWorkPlan:
     """Plan on the device of `kv_indptr` (arguments as `plan_persistent_decode`'s).
@@ -195,14 +196,11 @@ def plan_on_device(
     back: errors of the batch's values surface when the plan's counts are first read.
     `fused` picks one launch (the walk kernel does the setup and the fill itself) or two
     (the setup kernel's grid first); by default one up to `FUSED_MAX_ENTRIES` entries.
-    `num_warps` overrides the walk kernel's.
+    `num_warps` overrides the walk kernel's; `pdl` (two launches, Hopper or later) launches
+    the walk kernel as the setup kernel's programmatic dependent.
     """
     q_cls, kv_cls = check_call_scalars(call)
-    tensors = {
-        "qo_indptr": qo_indptr,
-        "kv_indptr": kv_indptr,
-        "kv_last_page_lens": kv_last_page_lens,
-    }
+    tensors = dict(qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_last_page_lens=kv_last_page_lens)
     for name, tensor in tensors.items():
         check_index_tensor(tensor, argument=name)
     batch = check_lengths(qo_indptr.numel(), kv_indptr.numel(), kv_last_page_lens.numel())
@@ -212,14 +210,11 @@ def plan_on_device(
     if buffers is None:
         buffers = DevicePlanBuffers.allocate(shape, entries, device)
     qo, kv, last = (t.to(device=device, dtype=torch.int32).contiguous() for t in tensors.values())
-    (max_work, _), (tile_cnt, _), (pm_len,) = (
-        shape.sizes[2][0],
-        shape.sizes[4][0],
-        shape.sizes[5][0],
-    )
+    max_work, tile_cnt, pm_len = (shape.sizes[i][0][0] for i in (2, 4, 5))
     block = max(MIN_BLOCK, triton.next_power_of_2(entries))
     if fused is None:
         fused = entries <= FUSED_MAX_ENTRIES
+    pdl = pdl and not fused
     batch_scalars = (
         batch,
         shape.fold_ratio,
@@ -253,6 +248,7 @@ def plan_on_device(
             *fill,
             PAGE1=call["page_size"] == 1,
             BLOCK=SETUP_BLOCK,
+            PDL=pdl,
             num_warps=4,
         )
     triton_planner.plan_kernel[(1,)](
@@ -282,7 +278,9 @@ def plan_on_device(
         BLOCK=block,
         KBLOCK=_kblock(shape),
         FILL_BLOCK=1024,
+        PDL=pdl,
         num_warps=num_warps or _num_warps(block),
+        launch_pdl=pdl,
     )
     return DeviceWorkPlan(buffers, {**tensors, **call}, shape)
 

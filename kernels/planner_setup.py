@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
 # Scratch fields, field-major. 0-7 and 15-17: written by the setup; 8-14: by the walk.
 F_VB = tl.constexpr(0)
@@ -158,8 +159,14 @@ def setup_kernel(
     rpm_len,
     PAGE1: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
-    """Grid: entries / BLOCK programs at least (the host takes more for a large fill)."""
+    """Grid: entries / BLOCK programs at least (the host takes more for a large fill).
+
+    ``PDL``: the walk kernel may be launched at once (it waits for this grid's end).
+    """
+    if PDL:
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     e = pid * BLOCK + tl.arange(0, BLOCK)

@@ -4,10 +4,12 @@ It writes the same buffers as the reference planner (conformance/persistent/plan
 device-resident ``qo_indptr``, ``kv_indptr`` and ``kv_last_page_lens``, with no host sync,
 into buffers of fixed size (CUDA-graph capturable). One program (CTA) holds every qo tile
 in registers (one lane per tile; the host pads tiles to ``NTMAX`` per virtual batch).
-``FUSED``: it computes the tiles' setup itself (`planner_setup.tile_fields`) and fills
-every unused entry; else it loads the setup's fields from the scratch, where the setup
-kernel (kernels/planner_setup.py), launched before it, wrote them after setting
-``work_info_set``, ``reduce_final_map`` and ``reduce_partial_map`` to -1 whole.
+``PDL``: it is launched as the setup kernel's programmatic dependent and waits for it
+before reading anything. ``FUSED``: it computes the tiles' setup itself
+(`planner_setup.tile_fields`) and fills every unused entry; else it loads the setup's
+fields from the scratch, where the setup kernel (kernels/planner_setup.py), launched before
+it, wrote them after setting ``work_info_set``, ``reduce_final_map`` and
+``reduce_partial_map`` to -1 whole.
 
 The walk, in the cost space of the reference's fast walk (tile ``i`` spans
 ``[P_i, P_i + blocks_i + overhead)``, ``P`` the prefix sum of tile costs): a program that
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from kernels import planner_setup as ps
 
@@ -147,7 +150,10 @@ def plan_kernel(
     BLOCK: tl.constexpr,
     KBLOCK: tl.constexpr,
     FILL_BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:  # launched early (programmatic dependent launch): the setup kernel must end first
+        gdc_wait()
     gran = 1 << gran_shift
     o = overhead
     # ---- per entry (virtual batch, tile): the setup's fields, computed or loaded --------

@@ -55,18 +55,20 @@ new = {(r["batch_size"], r["num_heads_q"]): r for r in rows("device_planner.json
 prof = rows("device_planner_profile.json")
 lines = ["# Device planner profile", "",
          "µs per plan, 50 plans in one CUDA graph (medians of CUDA events).", "",
-         "| B | heads | former | default | fused | split | setup kernel | walk kernel "
-         "| best (form, warps) | step ÷ decode |", "|---|---|---|---|---|---|---|---|---|---|"]
+         "| B | heads | former | default | fused | split | split-pdl | setup kernel | walk kernel "
+         "| best (form, warps) | step ÷ decode |", "|---|---|---|---|---|---|---|---|---|---|---|"]
 for key in sorted({(r["batch_size"], r["num_heads_q"]) for r in prof}, key=lambda k: (k[1], k[0])):
     mine = [r for r in prof if (r["batch_size"], r["num_heads_q"]) == key]
     f = next(r for r in mine if r["form"] == "fused" and r["walk_warps"] == "default")
     s = next(r for r in mine if r["form"] == "split" and r["walk_warps"] == "default")
+    p = next((r for r in mine if r["form"] == "split-pdl" and r["walk_warps"] == "default"), None)
     best = min(mine, key=lambda r: r["total_us"])
     o, n = old.get(key), new.get(key)
     cell = lambda r, k, fmt="{:.2f}": fmt.format(r[k]) if r else "-"
     lines.append(
         f"| {key[0]} | {key[1]} | {cell(o, 'planner_us_per_plan_in_graph')} "
         f"| {cell(n, 'planner_us_per_plan_in_graph')} | {f['total_us']:.2f} | {s['total_us']:.2f} "
+        f"| {cell(p, 'total_us')} "
         f"| {s['setup_kernel_us']:.2f} | {s['walk_kernel_us']:.2f} "
         f"| {best['total_us']:.2f} ({best['form']}, {best['walk_warps']}) "
         f"| {cell(n, 'step_over_decode', '{:.3f}')} |")

@@ -51,6 +51,17 @@ DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 FUZZ = int(os.environ.get("MLA_PLANNER_FUZZ", "0")) or (600 if ON_GPU else 60)
 FP8 = torch.float8_e4m3fnuz
 COUNT_NAMES = ("num_works", "num_partials", "num_tiles")
+HOPPER = ON_GPU and torch.version.hip is None and torch.cuda.get_device_capability()[0] >= 9
+FORMS = [
+    pytest.param({"fused": True}, id="one-launch"),
+    pytest.param({"fused": False}, id="setup-grid"),
+    pytest.param(
+        {"fused": False, "pdl": True},
+        id="setup-grid-pdl",
+        marks=pytest.mark.skipif(not HOPPER, reason="programmatic launch needs a Hopper GPU"),
+    ),
+]
+"""The planner's forms (`plan_on_device` keywords): every one must give the same plan."""
 
 
 def plan_differences(actual: WorkPlan, expected: WorkPlan) -> list[str]:
@@ -109,9 +120,9 @@ def on_device(call: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in call.items()}
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["one-launch", "setup-grid"])
-def test_random_batches_plan_bit_identically(fused: bool) -> None:
-    rng = random.Random(17 + fused)
+@pytest.mark.parametrize("form", FORMS)
+def test_random_batches_plan_bit_identically(form: dict[str, bool]) -> None:
+    rng = random.Random(17 + len(form) + form["fused"])
     planned = rejected = 0
     while planned < FUZZ:
         call = random_call(rng, large=ON_GPU and rng.random() < 0.5)
@@ -120,7 +131,7 @@ def test_random_batches_plan_bit_identically(fused: bool) -> None:
         except PlanError:
             rejected += 1
             continue
-        actual = device_plan.plan_on_device(**on_device(call), fused=fused)
+        actual = device_plan.plan_on_device(**on_device(call), **form)
         problems = plan_differences(actual, expected)
         scalars = {k: v for k, v in call.items() if not isinstance(v, torch.Tensor)}
         assert not problems, f"batch {planned} ({scalars}):\n  " + "\n  ".join(problems)
@@ -323,18 +334,18 @@ def test_a_batch_over_the_cost_bound_is_refused_and_planned_on_the_host() -> Non
 
 
 @pytest.mark.skipif(not ON_GPU or torch.version.hip is not None, reason="CUDA graphs need CUDA")
-@pytest.mark.parametrize("fused", [True, False], ids=["one-launch", "setup-grid"])
-def test_a_captured_plan_replays_for_another_batch(fused: bool) -> None:
-    """Both forms in a CUDA graph: replayed over new inputs, the plan is that batch's."""
+@pytest.mark.parametrize("form", FORMS)
+def test_a_captured_plan_replays_for_another_batch(form: dict[str, bool]) -> None:
+    """Every form in a CUDA graph: replayed over new inputs, the plan is that batch's."""
     first = base_call(num_cus=132)
     second = base_call(num_cus=132, kv_indptr=torch.tensor([0, 300, 302], dtype=torch.int32))
     inputs = on_device(first)
     buffers = device_plan.plan_buffers(**inputs)
-    device_plan.plan_on_device(**inputs, buffers=buffers, fused=fused)  # compile first
+    device_plan.plan_on_device(**inputs, buffers=buffers, **form)  # compile first
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        plan = device_plan.plan_on_device(**inputs, buffers=buffers, fused=fused)
+        plan = device_plan.plan_on_device(**inputs, buffers=buffers, **form)
     for name in ("qo_indptr", "kv_indptr", "kv_last_page_lens"):
         inputs[name].copy_(second[name])
     graph.replay()
