@@ -6,8 +6,9 @@
 # 1. The device-planner selftests natively (scripts/gpu_planner.sh --no-conformance
 #    --no-bench: both forms, MLA_PLANNER_FUZZ random batches each, goldens, CUDA-graph step)
 #    into OUT/selftests/ (log.txt, versions.json, selftest.xml).
-# 2. The former planner (commit OLD_REV, one program doing everything) timed by its own
-#    benchmark when git has that commit: OUT/device_planner_old.json.
+# 2. The former planner (one program doing everything) timed by its own benchmark, from the
+#    tree OLD_TREE (e.g. `git archive 33b7720 | tar -x -C old_planner`, carried untracked)
+#    or else git's commit OLD_REV (33b7720): OUT/device_planner_old.json.
 # 3. The planner as it is: the benchmark's default run (planner alone, step against decode)
 #    OUT/device_planner.json, and its profile (each form, each walk warp count, each kernel
 #    alone, every plan checked bit-identical to the reference) OUT/device_planner_profile.json.
@@ -29,14 +30,20 @@ echo "gpu_planner_profile: selftests done after $(( $(date +%s) - start )) s"
 . scripts/carried_wheels.sh
 
 old_tree=$(mktemp -d)
-if git cat-file -e "$OLD_REV^{commit}" 2>/dev/null; then
-  git archive "$OLD_REV" | tar -x -C "$old_tree"
+old_src=
+if [ -n "${OLD_TREE:-}" ] && [ -d "$OLD_TREE/kernels" ]; then
+  cp -r "$OLD_TREE/." "$old_tree/" && old_src="$OLD_TREE"
+elif git cat-file -e "$OLD_REV^{commit}" 2>/dev/null; then
+  git archive "$OLD_REV" | tar -x -C "$old_tree" && old_src="commit $OLD_REV"
+fi
+if [ -n "$old_src" ]; then
+  echo "gpu_planner_profile: the former planner from $old_src"
   (cd "$old_tree" && python3 -m benchmarks.bench_device_planner --out "$old_tree/out") \
     && cp "$old_tree/out/device_planner.json" "$OUT/device_planner_old.json" \
     || { status=1; echo "gpu_planner_profile: the former planner's benchmark FAILED"; }
 else
-  echo "gpu_planner_profile: no git commit $OLD_REV here: the former planner is not timed" \
-    "(the profile's 'fused' rows are its one-program form)"
+  echo "gpu_planner_profile: neither OLD_TREE nor git commit $OLD_REV here: the former" \
+    "planner is not timed (the profile's 'fused' rows are its one-program form)"
 fi
 rm -rf "$old_tree"
 
