@@ -184,14 +184,12 @@ def persistent_mla_decode(
     # by hand (off by default: it lost on the H200, see DECODE_CONFIGS).
     reg_prefetch = bool(cfg.pop("REG_PREFETCH", False))
 
-    switches = {  # the kernel's compile-time switches
+    switches = {  # the Triton kernel's compile-time switches
         "QK_FP8": qk_fp8,
         "P_FP8": round_p,
         "V_F16": v_f16,
         "F16_TILE": f16_tile,
         "REG_PREFETCH": reg_prefetch,
-        "SCALES_IN_MEMORY": scales_in_memory,
-        "GROUP_MODE": group_mode,
     }
 
     def launch(cfg: dict[str, int]) -> None:
@@ -230,35 +228,27 @@ def persistent_mla_decode(
             plan.fold_ratio,
             seq_q,
         )
+        shared = {  # the constexprs both kernels take
+            "PAGE_SIZE": page_size,
+            "CAUSAL": bool(causal),
+            "BLOCK_N": cfg["BLOCK_N"],
+            "D_V": LATENT_DIM,
+            "D_R": ROPE_DIM,
+            "SCALES_IN_MEMORY": scales_in_memory,
+            "GROUP_MODE": group_mode,
+            "FAULT": fault,
+            "num_warps": cfg["num_warps"],
+        }
         if use_gluon:
-            gluon_mla.kernel()[grid](
-                *args,
-                PAGE_SIZE=page_size,
-                CAUSAL=bool(causal),
-                BLOCK_N=cfg["BLOCK_N"],
-                STAGES=cfg["STAGES"],
-                D_V=LATENT_DIM,
-                D_R=ROPE_DIM,
-                P_FP8=round_p,
-                SCALES_IN_MEMORY=scales_in_memory,
-                GROUP_MODE=group_mode,
-                FAULT=fault,
-                num_warps=cfg["num_warps"],
-            )
+            gluon_mla.kernel()[grid](*args, **shared, STAGES=cfg["STAGES"], P_FP8=round_p)
             return
         decode_kernel._persistent_mla_decode_kernel[grid](
             *args,
-            PAGE_SIZE=page_size,
-            CAUSAL=bool(causal),
+            **shared,
             BLOCK_M=cfg["BLOCK_M"],
-            BLOCK_N=cfg["BLOCK_N"],
-            D_V=LATENT_DIM,
-            D_R=ROPE_DIM,
             DOT_T=tl.float32 if interpreted() else tl.bfloat16,
             **switches,
             ABLATE=cfg.get("ABLATE", 0),
-            FAULT=fault,
-            num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"],
         )
 
