@@ -44,6 +44,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="the side-by-side table only")
     parser.add_argument("--tune", action="store_true", help="time candidate configs first")
+    parser.add_argument(
+        "--tune-only", default="", help="with --tune: comma-separated config keys, e.g. 64-bf16"
+    )
     parser.add_argument("--ablate", action="store_true", help="128-head timing probes")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--only", default="", help="comma-separated substrings of case names")
@@ -54,6 +57,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=8, help="parallel compile processes")
     args = parser.parse_args(argv)
     args.impls = [i for i in args.impls.split(",") if i]
+    from benchmarks.decode.cases import TUNE_CANDIDATES
+
+    tune_known = {f"{k[0]}-{k[1]}" for k in TUNE_CANDIDATES}
+    bad_keys = sorted({k for k in args.tune_only.split(",") if k} - tune_known)
+    if bad_keys:
+        parser.error(f"--tune-only: unknown {', '.join(bad_keys)} (known: {sorted(tune_known)})")
     unknown = sorted(set(args.impls) - set(IMPLS))
     if unknown:
         parser.error(f"--impls: unknown {', '.join(unknown)} (known: {', '.join(IMPLS)})")
@@ -96,7 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         wanted = [w for w in args.only.split(",") if w]
         cases = [c for c in cases if any(w in c.name for w in wanted)]
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    tune_keys = list(cs.TUNE_CANDIDATES) if args.tune else []
+    only_keys = {k for k in args.tune_only.split(",") if k}
+    tune_keys = [
+        k
+        for k in cs.TUNE_CANDIDATES
+        if args.tune and (not only_keys or f"{k[0]}-{k[1]}" in only_keys)
+    ]
     extra = [c for k in tune_keys for c in cs.TUNE_SHAPES[k]]
     extra += cs.ABLATION_SHAPES if args.ablate else []
     peer, fi_status = _flashinfer(args.impls)
@@ -136,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     payload["decode_configs"] = {
         f"{k[0]}-{k[1]}": {**v, **cs.LAUNCH_OPTIONS.get(k, {})}
         for k, v in tm.DECODE_CONFIGS.items()
+    }
+    payload["hopper_configs"] = {  # the Gluon kernel's, used over decode_configs on sm_90
+        f"{k[0]}-{k[1]}": {**v, **cs.LAUNCH_OPTIONS.get(k, {})}
+        for k, v in tm.HOPPER_CONFIGS.items()
     }
     if args.ablate:
         payload["ablation"] = ablate(timer=timer, num_sms=num_sms)

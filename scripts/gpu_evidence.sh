@@ -39,7 +39,8 @@ else
   echo "gpu_evidence: the run was refused as evidence (see above)"
   status=1
 fi
-python3 -m pytest tests/selftest/kernels/test_triton_mla.py --junitxml="$out/kernels.xml" \
+python3 -m pytest tests/selftest/kernels/test_triton_mla.py tests/selftest/kernels/test_gluon_mla.py \
+  --junitxml="$out/kernels.xml" \
   -p no:cacheprovider -q -rfEs || status=$?
 if [ "$bench" = 1 ]; then
   python3 -m benchmarks.bench_decode --out "$out" || status=$?

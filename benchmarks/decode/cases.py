@@ -73,6 +73,8 @@ def quick_grid() -> list[Case]:
 _N64 = {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
 _N64_2 = _N64 | {"num_stages": 2}
 _PREFETCH = {"REG_PREFETCH": 1}
+_TRITON = {"GLUON": 0}  # the plain-Triton kernel where a Hopper (Gluon) config exists
+_GLUON = {"GLUON": 1, "num_warps": 8}  # kernels/gluon_mla (kernels.triton_mla.HOPPER_CONFIGS)
 TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
     (16, "bf16"): [_N64, {"BLOCK_N": 32, "num_warps": 4, "num_stages": 4}],
     (16, "fp8"): [
@@ -83,7 +85,15 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
     ],
     (32, "bf16"): [_N64, _N64 | {"BLOCK_N": 32, "num_stages": 4}],
     (32, "fp8"): [_N64, _N64 | _PREFETCH, _N64 | {"BLOCK_N": 32}],
-    (64, "bf16"): [_N64_2, _N64_2 | {"PLAN_HEADS": 64}],
+    (64, "bf16"): [
+        _N64_2 | _TRITON,
+        _N64_2 | _TRITON | {"PLAN_HEADS": 64},
+        _GLUON | {"BLOCK_N": 32, "STAGES": 3},
+        _GLUON | {"BLOCK_N": 32, "STAGES": 4},
+        _GLUON | {"BLOCK_N": 64, "STAGES": 2},
+        _GLUON | {"BLOCK_N": 64, "STAGES": 2, "SPLIT_GROUPS": 1},
+        _GLUON | {"BLOCK_N": 64, "STAGES": 2, "PLAN_HEADS": 64},
+    ],
     (64, "fp8"): [_N64, _N64 | {"PLAN_HEADS": 64}, _N64_2 | {"PLAN_HEADS": 64}],
 }
 # Launch options the harness applies itself (PLAN_HEADS), per config key, set by --tune.
@@ -94,7 +104,7 @@ TUNE_SHAPES: dict[tuple[int, str], list[Case]] = {
     (16, "fp8"): [Case(16, "fp8", 128, 4096, 1), Case(16, "fp8", 128, 16384, 1)],
     (32, "bf16"): [Case(16, "bf16", 128, 16384, 2)],
     (32, "fp8"): [Case(16, "fp8", 128, 16384, 2)],
-    (64, "bf16"): [Case(128, "bf16", 128, 8192, 1)],
+    (64, "bf16"): [Case(128, "bf16", 128, 8192, 1), Case(128, "bf16", 32, 4096, 1)],
     (64, "fp8"): [Case(128, "fp8", 128, 8192, 1)],
 }
 # Timing probes at 128 heads (ABLATE: 1 = no PV dot, 2 = no QK dot): where the time goes.

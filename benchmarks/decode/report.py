@@ -187,6 +187,9 @@ def markdown(payload: dict[str, Any]) -> str:
         "Decode configs used: "
         + ", ".join(f"{k}: {v}" for k, v in payload.get("decode_configs", {}).items()),
         "",
+        "Hopper (Gluon kernel) configs, used instead where they apply (sm_90, bf16 q and KV): "
+        + (", ".join(f"{k}: {v}" for k, v in payload.get("hopper_configs", {}).items()) or "none"),
+        "",
         "ours ÷ peer below 1.00: ours is faster (bold: slower). % of floor: the roofline floor "
         "÷ the time. WRONG: the output failed its check, so no ratio (reason below).",
         "",

@@ -1,8 +1,9 @@
 """``--tune`` and ``--ablate``: candidate tile configurations timed, 128-head timing probes.
 
 `tune` times every candidate of `TUNE_CANDIDATES` on its `TUNE_SHAPES` and installs the
-fastest correct one (geometric mean) in `kernels.triton_mla.DECODE_CONFIGS` (and a
-PLAN_HEADS launch option in `LAUNCH_OPTIONS`) for the rest of the run; `ablate` times the
+fastest correct one (geometric mean) in `kernels.triton_mla.DECODE_CONFIGS`, or in
+`HOPPER_CONFIGS` when it is a Gluon config (and a PLAN_HEADS launch option in
+`LAUNCH_OPTIONS`) for the rest of the run; `ablate` times the
 128-head kernel without its PV dot and without its QK dot (results wrong: timing only).
 """
 
@@ -69,7 +70,12 @@ def tune(*, timer: Timer, num_sms: int, keys: Sequence[tuple[int, str]]) -> dict
                 best, best_score = cfg, score
         if best is not None:
             kernel_cfg, plan_heads = split_launch(best)
-            tm.DECODE_CONFIGS[key] = dict(kernel_cfg)
+            kernel_cfg = dict(kernel_cfg or {})
+            if kernel_cfg.pop("GLUON", 0):  # the Gluon kernel (where it is usable)
+                tm.HOPPER_CONFIGS[key] = kernel_cfg
+            else:
+                tm.HOPPER_CONFIGS.pop(key, None)
+                tm.DECODE_CONFIGS[key] = kernel_cfg
             if plan_heads:
                 LAUNCH_OPTIONS[key] = {"PLAN_HEADS": plan_heads}
             else:

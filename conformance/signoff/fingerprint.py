@@ -40,7 +40,13 @@ TRITON_FILES: tuple[str, ...] = (
 )
 BACKEND_FILES: dict[str, tuple[str, ...]] = {
     "cpu": ("backends/cpu.py", "kernels/plan_exec.py", "kernels/reference.py", "kernels/paged.py"),
-    "cuda": (*TRITON_FILES, "kernels/paged.py"),
+    "cuda": (  # on a GPU: the device planner, and the Gluon decode on Hopper
+        *TRITON_FILES,
+        "kernels/gluon_mla/*.py",
+        "kernels/device_plan.py",
+        "kernels/triton_planner.py",
+        "kernels/paged.py",
+    ),
     "interpret": (*TRITON_FILES, "kernels/paged.py"),
     "rocm": ("backends/rocm/*.py", "kernels/paged.py"),
     "flashinfer": ("backends/flashinfer_backend.py",),

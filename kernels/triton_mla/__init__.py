@@ -34,6 +34,10 @@ the interpreter the (bf16-rounded) operands are widened to fp32 before each dot 
 the values, and so the results, are the same as the bf16 dots on a GPU. (The interpreter also
 truncates fp32→bf16 conversions where a GPU rounds to nearest.)
 
+On an sm_90 GPU, a launch of 64-row blocks with bf16 q and KV runs the Gluon decode instead
+(`kernels.gluon_mla`, chosen by `HOPPER_CONFIGS`; ``config={"GLUON": 0}`` keeps this
+package's kernel); the reduce is this package's either way.
+
 Modules: `config` (dimensions, tile configurations, faults), `tile` (one KV tile of the
 online softmax), `decode_kernel` (the persistent decode kernel), `reduce` (the reduce kernel
 and `mla_reduce`), `launch` (`persistent_mla_decode`). This package imports Triton at import
@@ -53,6 +57,7 @@ from kernels.triton_mla.config import (
     CACHE_DIM,
     DECODE_CONFIGS,
     FAULTS,
+    HOPPER_CONFIGS,
     LATENT_DIM,
     LOG2E,
     MAX_BLOCK_M,
@@ -74,6 +79,7 @@ __all__ = [
     "CACHE_DIM",
     "DECODE_CONFIGS",
     "FAULTS",
+    "HOPPER_CONFIGS",
     "LATENT_DIM",
     "LOG2E",
     "MAX_BLOCK_M",

@@ -45,6 +45,16 @@ DECODE_CONFIGS: dict[tuple[int, str], dict[str, int]] = {
     (64, "fp8"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
 }
 
+# Hopper (sm_90) configurations of the Gluon decode (kernels/gluon_mla/), keyed like
+# DECODE_CONFIGS; a key here runs the Gluon kernel where it is usable (bf16 q and KV on an
+# sm_90 GPU), the DECODE_CONFIGS entry everywhere else. BLOCK_N tokens per tile, STAGES
+# shared KV buffers (STAGES - 1 tiles in flight). A config passed with "GLUON": 0 forces the
+# Triton kernel (benchmarks compare the two). Tuned on an H200 (Triton 3.6): 64 tokens and 2
+# stages beat 32 tokens and 3 or 4 stages by 23 % at 128 heads (benchmarks/results/).
+HOPPER_CONFIGS: dict[tuple[int, str], dict[str, int]] = {
+    (64, "bf16"): {"BLOCK_N": 64, "STAGES": 2, "num_warps": 8},
+}
+
 # Reduce configurations: partials merged per step (BLOCK_K) and heads per program (BLOCK_H).
 # On a GPU one head per program and 16 partials per step (a 32 KiB load); under the
 # interpreter, whose cost is per program and per op, 16 heads per program.
@@ -76,10 +86,16 @@ def select_block_m(plan: WorkPlan) -> int:
     return max(MIN_BLOCK_M, min(MAX_BLOCK_M, triton.next_power_of_2(rows)))
 
 
-def select_decode_config(plan: WorkPlan, kv_dtype: torch.dtype) -> dict[str, int]:
-    """The decode tile configuration (BLOCK_M, BLOCK_N, num_warps, num_stages) for a case."""
+def select_decode_config(
+    plan: WorkPlan, kv_dtype: torch.dtype, hopper: bool = False
+) -> dict[str, int]:
+    """The decode tile configuration (BLOCK_M, BLOCK_N, num_warps, num_stages) for a case;
+    with `hopper`, the Gluon kernel's (``GLUON: 1``, BLOCK_N, STAGES) where it has one."""
     block_m = select_block_m(plan)
-    return {"BLOCK_M": block_m, **DECODE_CONFIGS[(block_m, kv_kind(kv_dtype))]}
+    key = (block_m, kv_kind(kv_dtype))
+    if hopper and key in HOPPER_CONFIGS:
+        return {"BLOCK_M": block_m, "GLUON": 1, **HOPPER_CONFIGS[key]}
+    return {"BLOCK_M": block_m, **DECODE_CONFIGS[key]}
 
 
 def plan_on(plan: WorkPlan, device: torch.device) -> WorkPlan:

@@ -17,6 +17,7 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from conformance.persistent.plan import WorkPlan
+from kernels import gluon_mla
 from kernels.triton_mla import decode_kernel
 from kernels.triton_mla.config import (
     CACHE_DIM,
@@ -27,6 +28,7 @@ from kernels.triton_mla.config import (
     ROPE_DIM,
     check_fault,
     plan_on,
+    select_block_m,
     select_decode_config,
 )
 from kernels.triton_mla.reduce import mla_reduce
@@ -140,9 +142,12 @@ def persistent_mla_decode(
     )
     partial_lse = torch.empty(partial_rows, part_heads, dtype=torch.float32, device=device)
 
-    cfg = dict(select_decode_config(plan, kv_cache.dtype))
+    hopper = gluon_mla.usable(q, kv_cache, select_block_m(plan), interpreted())
+    wanted = (config or {}).get("GLUON", 1)
+    cfg = dict(select_decode_config(plan, kv_cache.dtype, hopper=hopper and bool(wanted)))
     if config:
         cfg.update(config)
+    use_gluon = bool(cfg.pop("GLUON", 0)) and hopper
     split_groups = bool(cfg.pop("SPLIT_GROUPS", False)) and plan.fold_ratio > 1
     if head_groups > 1:
         group_mode, groups = 2, head_groups
@@ -179,19 +184,17 @@ def persistent_mla_decode(
     # by hand (off by default: it lost on the H200, see DECODE_CONFIGS).
     reg_prefetch = bool(cfg.pop("REG_PREFETCH", False))
 
-    switches = {  # the kernel's compile-time switches
+    switches = {  # the Triton kernel's compile-time switches
         "QK_FP8": qk_fp8,
         "P_FP8": round_p,
         "V_F16": v_f16,
         "F16_TILE": f16_tile,
         "REG_PREFETCH": reg_prefetch,
-        "SCALES_IN_MEMORY": scales_in_memory,
-        "GROUP_MODE": group_mode,
     }
 
     def launch(cfg: dict[str, int]) -> None:
         grid = (num_programs,) if group_mode == 0 else (groups, num_programs)
-        decode_kernel._persistent_mla_decode_kernel[grid](
+        args = (
             q,
             kv_cache,
             out,
@@ -224,38 +227,50 @@ def persistent_mla_decode(
             hpw,
             plan.fold_ratio,
             seq_q,
-            PAGE_SIZE=page_size,
-            CAUSAL=bool(causal),
+        )
+        shared = {  # the constexprs both kernels take
+            "PAGE_SIZE": page_size,
+            "CAUSAL": bool(causal),
+            "BLOCK_N": cfg["BLOCK_N"],
+            "D_V": LATENT_DIM,
+            "D_R": ROPE_DIM,
+            "SCALES_IN_MEMORY": scales_in_memory,
+            "GROUP_MODE": group_mode,
+            "FAULT": fault,
+            "num_warps": cfg["num_warps"],
+        }
+        if use_gluon:
+            gluon_mla.kernel()[grid](*args, **shared, STAGES=cfg["STAGES"], P_FP8=round_p)
+            return
+        decode_kernel._persistent_mla_decode_kernel[grid](
+            *args,
+            **shared,
             BLOCK_M=cfg["BLOCK_M"],
-            BLOCK_N=cfg["BLOCK_N"],
-            D_V=LATENT_DIM,
-            D_R=ROPE_DIM,
             DOT_T=tl.float32 if interpreted() else tl.bfloat16,
             **switches,
             ABLATE=cfg.get("ABLATE", 0),
-            FAULT=fault,
-            num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"],
         )
 
     num_programs = plan.work_indptr.numel() - 1
     if num_programs > 0 and plan.num_works > 0:
-        key = (*sorted(cfg.items()), q.dtype, kv_cache.dtype, page_size, round_p)
-        cfg["num_stages"] = min(cfg["num_stages"], _STAGE_LIMITS.get(key, cfg["num_stages"]))
+        depth = "STAGES" if use_gluon else "num_stages"  # the Gluon kernel needs >= 2
+        key = (*sorted(cfg.items()), use_gluon, q.dtype, kv_cache.dtype, page_size, round_p)
+        cfg[depth] = min(cfg[depth], _STAGE_LIMITS.get(key, cfg[depth]))
         while True:
             try:
                 launch(cfg)
                 break
             except OutOfResources:
-                if cfg["num_stages"] <= 1:
+                if cfg[depth] <= (2 if use_gluon else 1):
                     raise
                 warnings.warn(
                     f"persistent_mla_decode: config {cfg} needs too much shared memory; "
-                    f"using num_stages={cfg['num_stages'] - 1}",
+                    f"using {depth}={cfg[depth] - 1}",
                     stacklevel=2,
                 )
-                cfg = {**cfg, "num_stages": cfg["num_stages"] - 1}
-                _STAGE_LIMITS[key] = cfg["num_stages"]
+                cfg = {**cfg, depth: cfg[depth] - 1}
+                _STAGE_LIMITS[key] = cfg[depth]
     mla_reduce(partial_o, partial_lse, plan, out, lse, _fault=_fault)
     return out, lse
 

@@ -139,8 +139,12 @@ def test_the_fingerprint_names_the_backend_files_of_the_repository() -> None:
     assert {
         "backends/triton_backend.py",
         "kernels/triton_mla/decode_kernel.py",
+        "kernels/gluon_mla/decode_kernel.py",
+        "kernels/triton_planner.py",
+        "kernels/device_plan.py",
         "tests/goldens/manifest.json",
     } <= set(names)
+    assert "kernels/gluon_mla/decode_kernel.py" not in behaviour_files("interpret", REPOSITORY)
     assert "backends/cpu.py" not in names and "conformance/expectations/cuda.txt" in names
     assert changed_files(fingerprint("cuda", REPOSITORY), "cuda", REPOSITORY) == []
 

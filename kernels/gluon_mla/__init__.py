@@ -1,0 +1,52 @@
+"""The Hopper decode in Gluon (Triton's layout-explicit dialect): `decode_kernel`.
+
+`usable` says whether a launch can take it: an sm_90 GPU, a Triton with Gluon's Hopper
+module, bf16 q and KV, 64 packed rows per block, not under the interpreter. Importing this
+package imports no Gluon; `kernel()` does, on first use. `kernels.triton_mla.launch` picks
+it by `kernels.triton_mla.config.HOPPER_CONFIGS` and keeps the plain-Triton kernel for
+every other case (fewer rows, fp8, other GPUs, the interpreter).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any
+
+import torch
+
+BLOCK_M = 64
+"""Packed (q token x head) rows of a block: one wgmma row tile of 64."""
+
+
+@functools.cache
+def gluon_importable() -> bool:
+    """Whether this Triton ships Gluon's Hopper module (wgmma, cp.async)."""
+    try:
+        return (
+            importlib.util.find_spec("triton.experimental.gluon.language.nvidia.hopper") is not None
+        )
+    except ModuleNotFoundError:
+        return False
+
+
+@functools.cache
+def _is_hopper(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] == 9
+
+
+def usable(q: torch.Tensor, kv_cache: torch.Tensor, block_m: int, interpreted: bool) -> bool:
+    """Whether the Gluon decode can run this launch (else the Triton kernel runs)."""
+    if interpreted or q.device.type != "cuda" or torch.version.hip is not None:
+        return False
+    if block_m != BLOCK_M or q.dtype != torch.bfloat16 or kv_cache.dtype != torch.bfloat16:
+        return False
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    return _is_hopper(index) and gluon_importable()
+
+
+def kernel() -> Any:
+    """The Gluon decode kernel (imports Gluon)."""
+    from kernels.gluon_mla.decode_kernel import gluon_mla_decode_kernel
+
+    return gluon_mla_decode_kernel
