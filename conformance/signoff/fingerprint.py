@@ -44,6 +44,7 @@ BACKEND_FILES: dict[str, tuple[str, ...]] = {
         *TRITON_FILES,
         "kernels/gluon_mla/*.py",
         "kernels/device_plan.py",
+        "kernels/planner_setup.py",
         "kernels/triton_planner.py",
         "kernels/paged.py",
     ),

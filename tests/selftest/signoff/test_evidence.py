@@ -141,6 +141,7 @@ def test_the_fingerprint_names_the_backend_files_of_the_repository() -> None:
         "kernels/triton_mla/decode_kernel.py",
         "kernels/gluon_mla/decode_kernel.py",
         "kernels/triton_planner.py",
+        "kernels/planner_setup.py",
         "kernels/device_plan.py",
         "tests/goldens/manifest.json",
     } <= set(names)
