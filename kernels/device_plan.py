@@ -240,8 +240,9 @@ def plan_on_device(
             buffers.reduce_final_map,
             buffers.reduce_partial_map,
             buffers.scratch,
-            entries,
-            *batch_scalars,
+            batch,
+            entries,  # the scratch's stride
+            *batch_scalars[1:],
             shape.overhead,
             ntmax,
             *tile_scalars,
