@@ -83,14 +83,14 @@ for key in sorted({(r["batch_size"], r["num_heads_q"]) for r in prof}, key=lambd
     f = next(r for r in mine if r["form"] == "fused" and r["walk_warps"] == "default")
     s = next(r for r in mine if r["form"] == "split" and r["walk_warps"] == "default")
     p = next((r for r in mine if r["form"] == "split-pdl" and r["walk_warps"] == "default"), None)
-    best = min(mine, key=lambda r: r["total_us"])
+    best = min(mine, key=lambda r: r["total_us"] if r["total_us"] == r["total_us"] else 1e9)
     o, n = old.get(key), new.get(key)
-    cell = lambda r, k, fmt="{:.2f}": fmt.format(r[k]) if r else "-"
+    cell = lambda r, k, fmt="{:.2f}": fmt.format(r[k]) if r and k in r else "-"
     lines.append(
         f"| {key[0]} | {key[1]} | {cell(o, 'planner_us_per_plan_in_graph')} "
         f"| {cell(n, 'planner_us_per_plan_in_graph')} | {f['total_us']:.2f} | {s['total_us']:.2f} "
         f"| {cell(p, 'total_us')} "
-        f"| {s['setup_kernel_us']:.2f} | {s['walk_kernel_us']:.2f} "
+        f"| {cell(s, 'setup_kernel_us')} | {cell(s, 'walk_kernel_us')} "
         f"| {best['total_us']:.2f} ({best['form']}, {best['walk_warps']}) "
         f"| {cell(n, 'step_over_decode', '{:.3f}')} |")
 bad = [r for r in prof if r["mismatches"]]
