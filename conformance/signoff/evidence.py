@@ -145,12 +145,23 @@ def evidence_refusal(
     here = git_facts(root).get("git_commit")
     for run in backend_input.runs:
         made_at = (run.sidecar or {}).get("git_commit")
-        if here and made_at and made_at != here:
+        if here and made_at and not same_commit(str(made_at), str(here)):
             return (
                 f"{run.path.name} was made at commit {made_at}, this checkout is at {here}: "
                 "the file hashes recorded now would not be those of the run"
             )
     return None
+
+
+def same_commit(a: str, b: str) -> bool:
+    """Whether two commit names agree: equal, or one an abbreviation (7+ hex digits) of the
+    other, as ``MLA_CONFORMANCE_GIT_COMMIT=<short sha>`` gives."""
+    a, b = a.strip().lower(), b.strip().lower()
+    if a == b:
+        return True
+    short, full = sorted((a, b), key=len)
+    hexdigits = set("0123456789abcdef")
+    return len(short) >= 7 and set(short) <= hexdigits and full.startswith(short)
 
 
 def evidence_staleness(backend_input: BackendInput, *, root: Path) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -201,4 +202,22 @@ def test_save_evidence_refuses_reports_of_another_commit(checkout: Path, monkeyp
         SignoffInputError,
         match="made at commit 0123456789abcdef, this checkout is at fedcba9876543210",
     ):
+        save(checkout)
+
+
+def test_save_evidence_takes_a_run_named_by_its_short_commit(checkout: Path, monkeypatch) -> None:
+    # A GPU machine's copy names its commit short (MLA_CONFORMANCE_GIT_COMMIT=0123456);
+    # the checkout's git gives it whole: the same commit.
+    junit = checkout / "reports" / "junit"
+    write_backend(junit, "cuda", IDS)
+    document = json.loads((junit / "cuda.meta.json").read_text())
+    document["git_commit"] = "0123456"
+    (junit / "cuda.meta.json").write_text(json.dumps(document))
+    monkeypatch.setenv("MLA_CONFORMANCE_GIT_COMMIT", "0123456789abcdef")
+    saved = save(checkout)
+    assert (saved / "versions.json").exists()
+    shutil.rmtree(saved)
+    document["git_commit"] = "012345"  # too short to name a commit
+    (junit / "cuda.meta.json").write_text(json.dumps(document))
+    with pytest.raises(SignoffInputError, match="made at commit 012345, this checkout"):
         save(checkout)
