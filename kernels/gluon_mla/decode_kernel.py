@@ -30,6 +30,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from kernels.triton_mla.work import _program_slice, _work_span
+
 BLOCK_M = gl.constexpr(64)
 
 
@@ -124,61 +126,23 @@ def gluon_mla_decode_kernel(
     kv_rope = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, D_R], KV_ROPE_SL)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_N], P_SL)
 
-    if GROUP_MODE == 0:
-        pid = gl.program_id(0)
-        grp = 0
-    else:
-        pid = gl.program_id(1)
-        grp = gl.program_id(0)
-    work_begin = gl.load(work_indptr_ptr + pid)
-    work_end = gl.load(work_indptr_ptr + pid + 1)
-    if SCALES_IN_MEMORY:
-        q_scale = gl.load(q_scale_ptr)
-        kv_scale = gl.load(kv_scale_ptr)
-    else:
-        q_scale = q_scale_value
-        kv_scale = kv_scale_value
-    if FAULT == 2:
-        kv_scale = kv_scale * 0.0 + 1.0
-    score_scale = sm_scale_log2 * q_scale * kv_scale
+    grp, work_begin, work_end, kv_scale, score_scale = _program_slice(
+        work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
+        sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
+    )  # fmt: skip
     cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
     cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
     s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
     o_cols = gl.arange(0, D_V, layout=gl.SliceLayout(0, O_L))
 
     for w in range(work_begin, work_end):
-        info = work_info_ptr + w * 8
-        vbatch = gl.load(info + 0)
-        partial_loc = gl.load(info + 1)
-        qo_start = gl.load(info + 2)
-        qo_end = gl.load(info + 3)
-        kv_start = gl.load(info + 4)
-        kv_end = gl.load(info + 5)
-        kv_offset = gl.load(info + 6)
-        batch = vbatch // fold_ratio
-        group = vbatch % fold_ratio
-        part_head = 0
-        if GROUP_MODE == 2:
-            group = grp
-            part_head = grp * heads_per_work
-        q_begin = gl.load(qo_indptr_ptr + batch)
-        q_len = gl.load(qo_indptr_ptr + batch + 1) - q_begin
-        page_begin = gl.load(kv_indptr_ptr + batch)
-        num_pages = gl.load(kv_indptr_ptr + batch + 1) - page_begin
-        last_len = gl.load(kv_last_page_lens_ptr + batch)
-        kv_len = gl.where(num_pages > 0, (num_pages - 1) * PAGE_SIZE + last_len, 0)
-        if PAGE_SIZE == 1:
-            kv_len = num_pages
-        tok_lo = (kv_start - page_begin) * PAGE_SIZE
-        tok_hi = kv_len - kv_offset
-        if FAULT == 1:
-            tok_hi = (kv_end - page_begin) * PAGE_SIZE
-            kv_len = num_pages * PAGE_SIZE
-        num_rows = (qo_end - qo_start) * heads_per_work
-        if GROUP_MODE == 1:
-            num_rows = gl.where(group == grp, num_rows, 0)
-        if FAULT == 4 and GROUP_MODE != 0:
-            num_rows = gl.where(grp == 1, 0, num_rows)
+        (
+            partial_loc, qo_start, group, part_head, q_begin, q_len, page_begin, _pages, kv_len,
+            tok_lo, tok_hi, num_rows,
+        ) = _work_span(
+            work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
+            heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
+        )  # fmt: skip
 
         for m0 in range(0, num_rows, BLOCK_M):
             # Q of the block into shared memory (its own cp.async group, the first).

@@ -39,10 +39,11 @@ On an sm_90 GPU, a launch of 64-row blocks with bf16 q and KV runs the Gluon dec
 package's kernel); the reduce is this package's either way.
 
 Modules: `config` (dimensions, tile configurations, faults), `tile` (one KV tile of the
-online softmax), `decode_kernel` (the persistent decode kernel), `reduce` (the reduce kernel
-and `mla_reduce`), `launch` (`persistent_mla_decode`). This package imports Triton at import
-time; set ``TRITON_INTERPRET=1`` *before* Triton is first imported to run the kernels on the
-CPU interpreter (`reload_kernels` re-decorates this package's kernels after the variable
+online softmax), `work` (a program's plan slice and a work's bounds), `decode_kernel` (the
+persistent decode kernel), `reduce` (the reduce kernel and `mla_reduce`), `launch`
+(`persistent_mla_decode`). This package imports Triton at import time; set
+``TRITON_INTERPRET=1`` *before* Triton is first imported to run the kernels on the CPU
+interpreter (`reload_kernels` re-decorates this package's kernels after the variable
 changed, but Triton's own library functions, ``tl.min`` say, keep the mode Triton was imported
 in).
 """
@@ -73,7 +74,7 @@ from kernels.triton_mla.reduce import mla_reduce
 from kernels.triton_mla.tile import interpreted
 
 # Import order: each module imports only those before it.
-_MODULES = ("config", "tile", "decode_kernel", "reduce", "launch")
+_MODULES = ("config", "tile", "work", "decode_kernel", "reduce", "launch")
 
 __all__ = [
     "CACHE_DIM",
