@@ -1,7 +1,9 @@
 """The Hopper decode in Gluon (Triton's layout-explicit dialect): `decode_kernel`.
 
 `usable` says whether a launch can take it: an sm_90 GPU, a Triton with Gluon's Hopper
-module, bf16 q and KV, 64 packed rows per block, not under the interpreter. Importing this
+module, bf16 q and KV, 64 packed rows per block, not under the interpreter, and no earlier
+failure to compile (`disable`: Gluon is experimental and its names move between Triton
+releases; a launch that cannot compile it falls back to the Triton kernel). Importing this
 package imports no Gluon; `kernel()` does, on first use. `kernels.triton_mla.launch` picks
 it by `kernels.triton_mla.config.HOPPER_CONFIGS` and keeps the plain-Triton kernel for
 every other case (fewer rows, fp8, other GPUs, the interpreter).
@@ -17,6 +19,19 @@ import torch
 
 BLOCK_M = 64
 """Packed (q token x head) rows of a block: one wgmma row tile of 64."""
+
+
+_disabled: list[str] = []  # why the Gluon decode failed to compile here, once it has
+
+
+def disable(reason: str) -> None:
+    """No launch takes the Gluon decode any more in this process (`reason` is kept)."""
+    _disabled.append(reason)
+
+
+def disabled_reason() -> str | None:
+    """Why the Gluon decode was disabled, or None."""
+    return _disabled[0] if _disabled else None
 
 
 @functools.cache
@@ -37,7 +52,7 @@ def _is_hopper(index: int) -> bool:
 
 def usable(q: torch.Tensor, kv_cache: torch.Tensor, block_m: int, interpreted: bool) -> bool:
     """Whether the Gluon decode can run this launch (else the Triton kernel runs)."""
-    if interpreted or q.device.type != "cuda" or torch.version.hip is not None:
+    if _disabled or interpreted or q.device.type != "cuda" or torch.version.hip is not None:
         return False
     if block_m != BLOCK_M or q.dtype != torch.bfloat16 or kv_cache.dtype != torch.bfloat16:
         return False

@@ -33,6 +33,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from kernels.triton_mla.work import _program_slice, _work_span
 
 BLOCK_M = gl.constexpr(64)
+# Gluon is experimental and renames as it goes: Triton 3.6 has `thread_barrier` and
+# `async_copy_global_to_shared`, 3.7 `barrier`, 3.9 `async_load` too (the arguments alike).
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+_cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
 
 @gluon.jit
@@ -77,8 +81,8 @@ def _issue_tile(kv_ptr, slot, ok, lat_buf, rope_buf, D_V: gl.constexpr, D_R: gl.
     cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
     cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
     base = kv_ptr + slot[:, None]
-    async_copy.async_copy_global_to_shared(lat_buf, base + cols_v[None, :], mask=ok[:, None])
-    async_copy.async_copy_global_to_shared(rope_buf, base + D_V + cols_r[None, :], mask=ok[:, None])
+    _cp_async(lat_buf, base + cols_v[None, :], mask=ok[:, None])
+    _cp_async(rope_buf, base + D_V + cols_r[None, :], mask=ok[:, None])
     async_copy.commit_group()
 
 
@@ -151,12 +155,8 @@ def gluon_mla_decode_kernel(
             )
             q_row = token.to(gl.int64) * stride_q_tok + head.to(gl.int64) * stride_q_head
             q_base = q_ptr + q_row[:, None]
-            async_copy.async_copy_global_to_shared(
-                q_lat, q_base + cols_v[None, :], mask=row_ok[:, None]
-            )
-            async_copy.async_copy_global_to_shared(
-                q_rope, q_base + D_V + cols_r[None, :], mask=row_ok[:, None]
-            )
+            _cp_async(q_lat, q_base + cols_v[None, :], mask=row_ok[:, None])
+            _cp_async(q_rope, q_base + D_V + cols_r[None, :], mask=row_ok[:, None])
             async_copy.commit_group()
             row_hi_load = _row_limit(token, q_begin, q_len, kv_len, tok_hi, CAUSAL)
             block_hi = gl.max(gl.where(row_ok, row_hi_load, tok_lo), axis=0)
@@ -185,7 +185,7 @@ def gluon_mla_decode_kernel(
 
             async_copy.wait_group(STAGES - 2)  # Q and tile 0 landed (this thread's copies)
             fence_async_shared()
-            gl.thread_barrier()
+            _cta_barrier()
             s = _scores(q_lat, q_rope, kv_lat.index(0), kv_rope.index(0), S_L, BLOCK_N)
             s = warpgroup_mma_wait(0, deps=(s,))
             for j in range(num_tiles):
@@ -216,19 +216,19 @@ def gluon_mla_decode_kernel(
                     p_smem.store(p.to(gl.bfloat16))
                 o = o * gl.convert_layout(alpha, O_ROW)[:, None]
                 fence_async_shared()
-                gl.thread_barrier()  # both halves of P are written
+                _cta_barrier()  # both halves of P are written
                 stage = j % STAGES
                 o = warpgroup_mma(p_smem, kv_lat.index(stage), o, is_async=True)
 
                 async_copy.wait_group(STAGES - 2)  # tile j + 1 landed
                 fence_async_shared()
-                gl.thread_barrier()
+                _cta_barrier()
                 nxt = (j + 1) % STAGES
                 s = _scores(q_lat, q_rope, kv_lat.index(nxt), kv_rope.index(nxt), S_L, BLOCK_N)
                 o, s = warpgroup_mma_wait(0, deps=(o, s))
-                gl.thread_barrier()  # every warpgroup is done with P and with tile j
+                _cta_barrier()  # every warpgroup is done with P and with tile j
             async_copy.wait_group(0)  # the look-ahead tiles past the end
-            gl.thread_barrier()
+            _cta_barrier()
             l_i = gl.sum(l_cols, axis=1)
 
             seen = gl.convert_layout(l_i, O_ROW) > 0.0

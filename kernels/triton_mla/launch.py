@@ -13,7 +13,9 @@ import math
 import warnings
 
 import torch
+import triton
 import triton.language as tl
+from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
 from conformance.persistent.plan import WorkPlan
@@ -261,6 +263,24 @@ def persistent_mla_decode(
             try:
                 launch(cfg)
                 break
+            except CompilationError as exc:
+                if not use_gluon:
+                    raise
+                # Gluon's names move between Triton releases: run the Triton kernel instead.
+                reason = f"Triton {triton.__version__}: {type(exc).__name__}: {exc}"[:300]
+                gluon_mla.disable(reason)
+                warnings.warn(
+                    f"persistent_mla_decode: the Gluon decode does not compile ({reason}); "
+                    "using the Triton kernel from now on",
+                    stacklevel=2,
+                )
+                return persistent_mla_decode(
+                    q, kv_cache, plan, kv_indptr=kv_indptr, kv_indices=kv_indices,
+                    kv_last_page_lens=kv_last_page_lens, qo_indptr=qo_indptr,
+                    page_size=page_size, sm_scale=sm_scale, q_scale=q_scale,
+                    kv_scale=kv_scale, causal=causal, out=out, lse=lse, fp8_p=fp8_p,
+                    config={**(config or {}), "GLUON": 0}, _fault=_fault,
+                )  # fmt: skip
             except OutOfResources:
                 if cfg[depth] <= (2 if use_gluon else 1):
                     raise
