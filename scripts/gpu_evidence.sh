@@ -3,7 +3,7 @@
 #
 # Uses the machine's own python3, torch and triton; pure-Python wheels the machine lacks
 # (junitparser, defusedxml) may be carried in .whl/. Runs exactly what `nox -s cuda` runs,
-# plus the Triton kernel selftests natively, then the decode benchmark, and writes into
+# plus the Triton and Gluon kernel selftests natively, then the decode benchmark, and writes into
 # OUTDIR: evidence/<date>-cuda/ (ready to commit as reports/evidence/<date>-cuda/: cuda.xml,
 # cuda.meta.json, versions.json with the fingerprint of the files that decide the backend,
 # machine.json), cuda.xml + cuda.meta.json, kernels.xml, the benchmark's
