@@ -45,7 +45,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="the side-by-side table only")
     parser.add_argument("--tune", action="store_true", help="time candidate configs first")
     parser.add_argument(
-        "--tune-only", default="", help="with --tune: comma-separated config keys, e.g. 64-bf16"
+        "--tune-only", default="", help="tune these config keys only (implies --tune), e.g. 64-bf16"
     )
     parser.add_argument("--ablate", action="store_true", help="128-head timing probes")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -63,6 +63,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     bad_keys = sorted({k for k in args.tune_only.split(",") if k} - tune_known)
     if bad_keys:
         parser.error(f"--tune-only: unknown {', '.join(bad_keys)} (known: {sorted(tune_known)})")
+    args.tune = args.tune or bool(args.tune_only)
     unknown = sorted(set(args.impls) - set(IMPLS))
     if unknown:
         parser.error(f"--impls: unknown {', '.join(unknown)} (known: {', '.join(IMPLS)})")

@@ -103,15 +103,11 @@ class _Uncompilable:
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            raise triton_errors().CompilationError(None, ast.parse("x").body[0], "stand-in")
+            from triton.compiler.errors import CompilationError
+
+            raise CompilationError(None, ast.parse("x").body[0], "stand-in")
 
         return launch
-
-
-def triton_errors():
-    from triton.compiler import errors
-
-    return errors
 
 
 def test_a_launch_that_cannot_compile_the_gluon_decode_falls_back(monkeypatch) -> None:
