@@ -1,7 +1,10 @@
 """Sessions of the MLA Conformance Suite (``nox -l`` lists them).
 
-Backend sessions (`cpu`, `interpret`, `cuda`, `rocm`) run the shared conformance set and
-write ``reports/junit/<backend>[-shard-<i>-of-<n>].xml``; `signoff` merges them.
+Backend sessions, one per built-in backend of `conformance.targets` (`cpu`, `interpret`,
+`cuda`, `rocm`, `flashinfer`), run the shared conformance set and write
+``reports/junit/<backend>[-shard-<i>-of-<n>].xml``; `signoff` merges them. A plain ``nox`` runs
+the default ones, then `signoff`. Tags, requirement set, workers and environment follow each
+backend's declaration: its device kind and its environment.
 
 Environments are nox's own: one per session under ``.nox/``, made with uv where it is
 installed (else virtualenv) and reused on later runs. Each session installs one requirement
@@ -31,12 +34,20 @@ sys.path.insert(0, str(ROOT))
 from conformance.ci import installer, sessions  # noqa: E402
 from conformance.harness.gpu_pinning import gpu_count  # noqa: E402
 from conformance.harness.plugins_env import install_plugins  # noqa: E402
+from conformance.harness.run_state import BACKEND_ENVIRONMENT_VARIABLE  # noqa: E402
 from conformance.harness.sharding import DURATIONS_FILE, junit_name  # noqa: E402
+from conformance.targets import (  # noqa: E402
+    BACKEND,
+    BUILTIN_TARGETS,
+    DEVICE_KINDS,
+    Target,
+    default_names,
+)
 
 nox.needs_version = ">=2025.02.09"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
-nox.options.sessions = ["cpu", "interpret", "cuda", "rocm", "signoff"]
+nox.options.sessions = [*default_names(), "signoff"]
 
 JUNIT_DIR = Path("reports") / "junit"
 CPU, GPU, TESTS, LINT = (f"requirements/{name}.txt" for name in ("cpu", "gpu", "tests", "lint"))
@@ -113,12 +124,12 @@ def _checked(session: nox.Session, backend: str) -> tuple[str, str]:
     return chosen, junit_name(chosen, shard)
 
 
-def _gpus(backend: str) -> int:
+def _gpus(device_kind: str) -> int:
     """MLA_GPU_COUNT, else what nvidia-smi lists (cuda), else 1."""
     count = gpu_count(os.environ)
     if count is not None:
         return count
-    if backend == "cuda":
+    if device_kind == "cuda":
         try:
             listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
         except OSError:
@@ -128,13 +139,15 @@ def _gpus(backend: str) -> int:
     return 1
 
 
-def _conformance(session: nox.Session, backend: str, junit: str, **env: str) -> None:
-    """Run the shared conformance set for `backend`; skip the session if it cannot run here.
+def _conformance(session: nox.Session, target: Target, backend: str, junit: str) -> None:
+    """Run the shared conformance set for `backend` (the session's `target`, or the backend
+    its ``--backend`` names); skip the session if it cannot run here.
 
     pytest's exit code 5 (nothing selected) fails the session like any other failure.
     """
     path = JUNIT_DIR / junit
-    threads = {"OMP_NUM_THREADS": "1"} if backend in sessions.CPU_BACKENDS else {}
+    kind = sessions.run_device_kind(backend, target.name)
+    threads = {} if DEVICE_KINDS[kind].is_gpu else {"OMP_NUM_THREADS": "1"}
     paths = [] if sessions.has_test_paths(session.posargs, ROOT) else ["tests/conformance"]
     started = time.time() - 1
     session.run(
@@ -143,9 +156,9 @@ def _conformance(session: nox.Session, backend: str, junit: str, **env: str) -> 
         f"--junitxml={path.as_posix()}",  # relative: no machine path in the sidecar
         "-o", f"junit_suite_name=mla-{backend}",
         "-p", "no:cacheprovider",
-        *sessions.worker_args(backend, session.posargs, _gpus(backend)),
+        *sessions.worker_args(kind, session.posargs, _gpus(kind)),
         *session.posargs,
-        env={"MLA_CONFORMANCE_BACKEND": backend, **threads, **env},
+        env={BACKEND_ENVIRONMENT_VARIABLE: backend, **threads, **target.environment},
     )  # fmt: skip
     outcome = sessions.run_outcome(ROOT / path, started)
     selection = str((outcome or {}).get("selection", "full"))
@@ -156,51 +169,46 @@ def _conformance(session: nox.Session, backend: str, junit: str, **env: str) -> 
         session.skip(reason)
 
 
-@nox.session(tags=["cpu"])
-def cpu(session: nox.Session) -> None:
-    """Conformance run of the CPU reference backend."""
-    backend, junit = _checked(session, "cpu")
-    _install(session, CPU)
-    _conformance(session, backend, junit)
+def _backend_session(target: Target) -> None:
+    """Register the nox session of one declared backend."""
+    gpu = target.device.is_gpu
+
+    def run(session: nox.Session) -> None:
+        backend, junit = _checked(session, target.name)
+        if gpu:
+            _gpu_install(session)
+        else:
+            _install(session, CPU)
+        _conformance(session, target, backend, junit)
+
+    run.__doc__ = target.description
+    options = GPU_SESSION if gpu else {}
+    nox.session(run, name=target.name, tags=list(target.device.tags), **options)
 
 
-@nox.session(tags=["cpu"])
-def interpret(session: nox.Session) -> None:
-    """Conformance run of the Triton kernels under TRITON_INTERPRET=1 on the CPU."""
-    backend, junit = _checked(session, "interpret")
-    _install(session, CPU)
-    _conformance(session, backend, junit, TRITON_INTERPRET="1")
-
-
-@nox.session(tags=["gpu", "cuda"], **GPU_SESSION)
-def cuda(session: nox.Session) -> None:
-    """Conformance run of the Triton CUDA backend (a skipped session without a GPU)."""
-    backend, junit = _checked(session, "cuda")
-    _gpu_install(session)
-    _conformance(session, backend, junit)
-
-
-@nox.session(tags=["gpu", "rocm"], **GPU_SESSION)
-def rocm(session: nox.Session) -> None:
-    """Conformance run of the AMD AITER backend (a skipped session without ROCm)."""
-    backend, junit = _checked(session, "rocm")
-    _gpu_install(session)
-    _conformance(session, backend, junit, AITER_MLA_DECODE_PERSISTENT_MAX_BATCH="0")
+for _target in BUILTIN_TARGETS.values():
+    if _target.kind == BACKEND:
+        _backend_session(_target)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The suite's own tests (tests/selftest) and the CPU backends' conformance runs."""
-    for backend in ("cpu", "interpret"):
-        _checked(session, backend)
+    cpu_targets = [
+        target
+        for target in BUILTIN_TARGETS.values()
+        if target.default and target.kind == BACKEND and not target.device.is_gpu
+    ]
+    for target in cpu_targets:
+        _checked(session, target.name)
     _install(session, TESTS)
     session.run(
         _python(session), "-m", "pytest", "tests/selftest", "-p", "no:cacheprovider",
         *sessions.worker_args("cpu", session.posargs, 1), *session.posargs,
         env={"OMP_NUM_THREADS": "1"},
     )  # fmt: skip
-    _conformance(session, "cpu", junit_name("cpu", None))
-    _conformance(session, "interpret", junit_name("interpret", None), TRITON_INTERPRET="1")
+    for target in cpu_targets:
+        _conformance(session, target, target.name, junit_name(target.name, None))
 
 
 @nox.session

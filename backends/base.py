@@ -14,6 +14,7 @@ from conformance.metadata.dims import DEEPSEEK_R1, ModelConfig
 from conformance.metadata.record import CommonAttentionMetadata
 from conformance.numerics.fp8 import is_fp8
 from conformance.persistent.plan import WorkPlan
+from conformance.targets import DEVICE_KINDS, builtin_target_of_class
 
 AITER_V1 = "aiter-v1"
 """The plan format of AITER's ``get_mla_metadata_v1`` buffers (`conformance.persistent`)."""
@@ -218,6 +219,21 @@ class Backend(ABC):
     every run's provenance against it."""
     tiny_cases_only: ClassVar[bool] = False
     """Run only the golden cases marked tiny (an interpreter is slow)."""
+    behaviour_files: ClassVar[tuple[str, ...]] = ()
+    """Glob patterns, relative to the repository, of the files that decide its behaviour (its
+    evidence fingerprint); a built-in backend declares them in `conformance.targets`."""
+    environment: ClassVar[Mapping[str, str]] = {}
+    """Variables its runs set (if unset) before its tests run; a built-in backend declares
+    them in `conformance.targets`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A built-in backend's class takes its device facts from `conformance.targets`."""
+        super().__init_subclass__(**kwargs)
+        target = builtin_target_of_class(cls.__module__, cls.__qualname__)
+        if target is not None:
+            cls.device_kind = target.device_kind
+            cls.behaviour_files = target.behaviour_files
+            cls.environment = target.environment
 
     def declaration(self) -> str:
         """The declaration in words, e.g. ``plan_format=None, q_dtypes=(bf16,), ...``."""
@@ -259,6 +275,8 @@ class Backend(ABC):
             bad = [d for d in getattr(self, name) if d != torch.bfloat16 and not is_fp8(d)]
             if bad or not getattr(self, name):
                 problems.append(f"{name}: expected bf16 or fp8 dtypes, found {bad or '()'}")
+        if self.device_kind not in DEVICE_KINDS:
+            problems.append(f"device_kind: expected one of {sorted(DEVICE_KINDS)}")
         if self.plan_format is not None and not self.plan_archs():
             problems.append(f"plan_archs: plan_format={self.plan_format} needs a profile")
         return problems

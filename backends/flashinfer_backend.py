@@ -131,7 +131,6 @@ class FlashInferBackend(Backend):
     """FlashInfer's batch MLA paged-attention decode on an NVIDIA GPU."""
 
     name: ClassVar[str] = "flashinfer"
-    device_kind: ClassVar[str] = "cuda"
     layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
     plan_format: ClassVar[str | None] = None
     q_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.bfloat16,)

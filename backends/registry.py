@@ -1,7 +1,7 @@
 """Backends by name: the built-in ones, plus third-party ones from an entry-point group.
 
-A third-party package registers a backend class under the entry-point group
-``mla_conformance.backends``::
+The built-in backends are declared in `conformance.targets`. A third-party package registers
+a backend class under the entry-point group ``mla_conformance.backends``::
 
     [project.entry-points."mla_conformance.backends"]
     mybackend = "my_package.mla:MyBackend"
@@ -11,46 +11,34 @@ The class implements `backends.base.Backend` and is constructed without argument
 
 from __future__ import annotations
 
-import importlib
 from functools import cache
-from importlib.metadata import entry_points
 
 from backends.base import Backend
+from conformance.targets import ENTRY_POINT_GROUP, builtin_backends, load_class
+from conformance.targets import plugin_entry_points as _third_party
 
-ENTRY_POINT_GROUP = "mla_conformance.backends"
-
-BUILTIN_BACKENDS: dict[str, str] = {
-    "cpu": "backends.cpu:CpuReferenceBackend",
-    "cuda": "backends.triton_backend:CudaTritonBackend",
-    "interpret": "backends.triton_backend:InterpretTritonBackend",
-    "rocm": "backends.rocm:RocmAiterBackend",
-    "flashinfer": "backends.flashinfer_backend:FlashInferBackend",
-}
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "available_backends",
+    "backend_names",
+    "get_backend",
+    "layer_protocols",
+]
 
 
 def _load(target: str) -> type[Backend]:
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-@cache
-def _third_party() -> dict[str, str]:
-    found = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name not in BUILTIN_BACKENDS:
-            found[ep.name] = ep.value
-    return found
+    return load_class(target)
 
 
 def backend_names() -> list[str]:
     """Every known backend name: built-ins first, then third-party ones, sorted."""
-    return [*BUILTIN_BACKENDS, *sorted(_third_party())]
+    return [*builtin_backends(), *sorted(_third_party())]
 
 
 @cache
 def get_backend(name: str) -> Backend:
     """The backend called `name`; the error lists the known names."""
-    target = BUILTIN_BACKENDS.get(name) or _third_party().get(name)
+    target = builtin_backends().get(name) or _third_party().get(name)
     if target is None:
         raise KeyError(f"unknown backend {name!r}; known backends: {', '.join(backend_names())}")
     backend = _load(target)()

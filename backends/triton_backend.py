@@ -92,7 +92,6 @@ class CudaTritonBackend(_TritonBackend):
     """Triton kernels on an NVIDIA GPU."""
 
     name: ClassVar[str] = "cuda"
-    device_kind: ClassVar[str] = "cuda"
 
     def availability(self) -> Availability:
         missing = _triton_missing()

@@ -44,7 +44,6 @@ class RocmAiterBackend(Backend):
     """AMD AITER's persistent MLA decode (asm kernels) on an MI300 or MI350 GPU."""
 
     name: ClassVar[str] = "rocm"
-    device_kind: ClassVar[str] = "rocm"
     layer_protocol: ClassVar[frozenset[str]] = MLA_BUILDER_LAYER_PROTOCOL
     numerics: ClassVar[str] = "tensor-core"
     plan_format: ClassVar[str | None] = AITER_V1

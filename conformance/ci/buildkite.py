@@ -1,7 +1,7 @@
 """The conformance jobs as a Buildkite pipeline (``python -m conformance.ci.matrix --format
 buildkite``), for ``buildkite-agent pipeline upload``.
 
-One command step per backend session × shard on the agent queue of its backend, with a
+One command step per backend session × shard on the agent queue of its device kind, with a
 timeout and ``reports/junit/*`` as artifacts; then a wait that lets failed jobs through, and
 one release sign-off step over every job's reports. Strings are written as JSON strings,
 which YAML reads unchanged.
@@ -13,18 +13,20 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-QUEUES: dict[str, str] = {"cuda": "nvidia", "rocm": "amd"}
-DEFAULT_QUEUE = "default"
+from conformance.targets import DEFAULT_DEVICE_KIND, DEVICE_KINDS
+
+DEFAULT_QUEUE = DEVICE_KINDS[DEFAULT_DEVICE_KIND].queue
 SETUP = "python3 -m pip install -r requirements/tools.txt"
 SIGNOFF_TIMEOUT_MINUTES = 20
 
 
 def _queue(job: Mapping[str, Any]) -> str:
+    """The agent queue of the device kind whose runner the job runs on."""
     runner = job.get("runs_on")
-    labels = runner if isinstance(runner, list) else [runner]
-    for backend, queue in QUEUES.items():
-        if queue in labels or job.get("backend") == backend:
-            return queue
+    labels = tuple(runner) if isinstance(runner, list) else runner
+    for kind in DEVICE_KINDS.values():
+        if kind.runner == labels:
+            return kind.queue
     return DEFAULT_QUEUE
 
 

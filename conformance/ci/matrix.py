@@ -4,7 +4,9 @@
 the GitHub Actions matrix ``{"include": [...]}``: one job per backend session × shard, each
 with its runner labels (``cpu``-tagged sessions on ``ubuntu-latest``, ``cuda`` on
 ``[self-hosted, nvidia]``, ``rocm`` on ``[self-hosted, amd]``), its timeout, the nox posargs
-that select its shard, and the artifact name its ``reports/junit/`` is uploaded under.
+that select its shard, and the artifact name its ``reports/junit/`` is uploaded under. Runner
+and timeout come from the device kind of the backend (`conformance.targets`); a backend the
+suite does not declare (a plug-in's session) runs on the kind its tags name.
 ``--format buildkite`` prints the same jobs as a Buildkite pipeline
 (`conformance.ci.buildkite`), ending with a release sign-off step. A session is a backend
 session when it carries one of the tags ``cpu``, ``gpu``, ``cuda``, ``rocm``; its backend is
@@ -20,15 +22,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from conformance.harness.sharding import Shard, junit_name
+from conformance.targets import DEFAULT_DEVICE_KIND, DEVICE_KINDS, DeviceKind, device_kind_of
 
-BACKEND_TAGS: frozenset[str] = frozenset({"cpu", "gpu", "cuda", "rocm"})
-RUNNERS: dict[str, list[str]] = {
-    "cuda": ["self-hosted", "nvidia"],
-    "rocm": ["self-hosted", "amd"],
-}
-DEFAULT_RUNNER = "ubuntu-latest"
-TIMEOUT_MINUTES: dict[str, int] = {"cuda": 90, "rocm": 90}
-DEFAULT_TIMEOUT_MINUTES = 45
+BACKEND_TAGS: frozenset[str] = frozenset(tag for kind in DEVICE_KINDS.values() for tag in kind.tags)
+DEFAULT_RUNNER = DEVICE_KINDS[DEFAULT_DEVICE_KIND].runner
+DEFAULT_TIMEOUT_MINUTES = DEVICE_KINDS[DEFAULT_DEVICE_KIND].timeout_minutes
 
 
 class MatrixError(ValueError):
@@ -50,20 +48,26 @@ def parse_shard_counts(text: str) -> dict[str, int]:
     return counts
 
 
-def runner_for(tags: Sequence[str]) -> str | list[str]:
-    """Runner labels for a session with ``tags``."""
-    for tag, labels in RUNNERS.items():
-        if tag in tags:
-            return list(labels)
-    return DEFAULT_RUNNER
+def device_for(backend: str, tags: Sequence[str]) -> DeviceKind:
+    """The device kind a backend session runs on: the declared one, else the one its tags
+    name (a GPU kind before the CPU), else the CPU."""
+    declared = device_kind_of(backend, load_plugins=False)
+    if declared is not None:
+        return DEVICE_KINDS[declared]
+    named = [kind for kind in DEVICE_KINDS.values() if kind.name in tags]
+    named.sort(key=lambda kind: not kind.is_gpu)
+    return named[0] if named else DEVICE_KINDS[DEFAULT_DEVICE_KIND]
 
 
-def timeout_for(tags: Sequence[str]) -> int:
-    """Minutes a job of a session with ``tags`` may run before CI cancels it."""
-    for tag, minutes in TIMEOUT_MINUTES.items():
-        if tag in tags:
-            return minutes
-    return DEFAULT_TIMEOUT_MINUTES
+def runner_for(backend: str, tags: Sequence[str]) -> str | list[str]:
+    """Runner labels for the session of ``backend`` with ``tags``."""
+    runner = device_for(backend, tags).runner
+    return list(runner) if isinstance(runner, tuple) else runner
+
+
+def timeout_for(backend: str, tags: Sequence[str]) -> int:
+    """Minutes a job of the session of ``backend`` may run before CI cancels it."""
+    return device_for(backend, tags).timeout_minutes
 
 
 def _backend_sessions(sessions: Any) -> list[tuple[str, str, list[str]]]:
@@ -110,8 +114,8 @@ def build_matrix(sessions: Any, shard_counts: Mapping[str, int]) -> dict[str, li
                     "backend": backend,
                     "shard": "" if shard is None else str(shard),
                     "posargs": "" if shard is None else f"--shard {shard}",
-                    "runs_on": runner_for(tags),
-                    "timeout_minutes": timeout_for(tags),
+                    "runs_on": runner_for(backend, tags),
+                    "timeout_minutes": timeout_for(backend, tags),
                     "junit": junit,
                     "artifact": "junit-" + junit.removesuffix(".xml"),
                 }

@@ -18,8 +18,8 @@ from conformance.harness.sharding import (
     partial_junit_path,
     sidecar_path,
 )
+from conformance.targets import DEFAULT_DEVICE_KIND, DEVICE_KINDS, device_kind_of
 
-CPU_BACKENDS = frozenset({"cpu", "interpret"})
 # pytest options of the suite's sessions that take a separate value (``-k EXPR``).
 VALUE_OPTIONS = frozenset(
     {"-k", "-m", "-n", "-p", "-o", "-c", "--deselect", "--ignore", "--ignore-glob", "--backend",
@@ -78,13 +78,20 @@ def has_test_paths(posargs: Sequence[str], root: Path) -> bool:
     return False
 
 
-def worker_args(backend: str, posargs: Sequence[str], gpus: int) -> list[str]:
-    """xdist workers: one per core on CPU backends, one per GPU on GPU backends."""
+def worker_args(device_kind: str, posargs: Sequence[str], gpus: int) -> list[str]:
+    """xdist workers: one per core on a CPU device kind, one per GPU on a GPU kind."""
     if any(arg.startswith(("-n", "--numprocesses")) for arg in posargs):
         return []
-    if backend in CPU_BACKENDS:
+    if not DEVICE_KINDS[device_kind].is_gpu:
         return ["-n", "auto"]  # with OMP_NUM_THREADS=1
     return ["-n", str(gpus)] if gpus > 1 else []
+
+
+def run_device_kind(backend: str, session_backend: str) -> str:
+    """The device kind a session's run uses: the chosen backend's declared kind, else (a
+    plug-in the nox process cannot see) the kind of the session's own backend."""
+    fallback = device_kind_of(session_backend, load_plugins=False) or DEFAULT_DEVICE_KIND
+    return device_kind_of(backend, load_plugins=False, default=fallback) or fallback
 
 
 def run_outcome(junit: Path, since: float) -> dict[str, object] | None:

@@ -1,10 +1,11 @@
 """One GPU per pytest-xdist worker on a multi-GPU host.
 
 Each worker ``gwK`` of ``-n N`` sees exactly one device: the ``K mod len(devices)``-th of the
-devices visible to the controller (``CUDA_VISIBLE_DEVICES`` for cuda, ``HIP_VISIBLE_DEVICES``
-for rocm), or of ``0..MLA_GPU_COUNT-1`` when that variable is set, else of ``0..N-1``. The
-variable must be set before torch initialises the device runtime; the report plugin does it in
-the worker's ``pytest_configure``, before any test module is imported.
+devices visible to the controller (the visible-devices variable of the backend's declared
+device kind: ``CUDA_VISIBLE_DEVICES`` for cuda, ``HIP_VISIBLE_DEVICES`` for rocm), or of
+``0..MLA_GPU_COUNT-1`` when that variable is set, else of ``0..N-1``. The variable must be set
+before torch initialises the device runtime; the report plugin does it in the worker's
+``pytest_configure``, before any test module is imported.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from conformance.targets import DEVICE_KINDS, device_kind_of
+
 VISIBLE_DEVICES_VARIABLE: dict[str, str] = {
-    "cuda": "CUDA_VISIBLE_DEVICES",
-    "rocm": "HIP_VISIBLE_DEVICES",
+    kind.name: kind.visible_devices for kind in DEVICE_KINDS.values() if kind.visible_devices
 }
 GPU_COUNT_VARIABLE = "MLA_GPU_COUNT"
 _WORKER_ID = re.compile(r"^gw(\d+)$")
@@ -37,14 +39,14 @@ def gpu_count(environ: Mapping[str, str]) -> int | None:
 
 
 def pinned_devices(
-    backend: str, environ: Mapping[str, str], *, worker_id: str, worker_count: int
+    device_kind: str | None, environ: Mapping[str, str], *, worker_id: str, worker_count: int
 ) -> dict[str, str]:
-    """The environment changes that give worker ``worker_id`` its own device.
+    """The environment changes that give worker ``worker_id`` its own device of a kind.
 
-    Returns ``{}`` when nothing should change: a CPU backend, fewer than two workers, or an id
-    that is not an xdist worker's. Raises `ValueError` for a bad ``MLA_GPU_COUNT``.
+    Returns ``{}`` when nothing should change: a CPU (or unknown) kind, fewer than two workers,
+    or an id that is not an xdist worker's. Raises `ValueError` for a bad ``MLA_GPU_COUNT``.
     """
-    variable = VISIBLE_DEVICES_VARIABLE.get(backend)
+    variable = VISIBLE_DEVICES_VARIABLE.get(device_kind or "")
     number = worker_number(worker_id)
     if variable is None or number is None or worker_count < 2:
         return {}
@@ -53,3 +55,11 @@ def pinned_devices(
         count = gpu_count(environ) or worker_count
         visible = [str(index) for index in range(count)]
     return {variable: visible[number % len(visible)]}
+
+
+def pinned_for_backend(
+    backend: str, environ: Mapping[str, str], *, worker_id: str, worker_count: int
+) -> dict[str, str]:
+    """`pinned_devices` for the device kind ``backend`` declares (built-in or plug-in)."""
+    kind = device_kind_of(backend) if worker_count > 1 else None
+    return pinned_devices(kind, environ, worker_id=worker_id, worker_count=worker_count)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from backends.base import Availability, Backend
+from conformance.targets import declared
 
 BACKEND_ENV = "MLA_CONFORMANCE_BACKEND"
 CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "tests" / "conformance"
@@ -37,9 +38,10 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 
 def pytest_configure(config: pytest.Config) -> None:
     name = config.getoption("backend")
-    if name == "interpret":
-        # Triton reads this once, when it is first imported.
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    target = declared(name)
+    # Before any test module imports the backend (Triton reads TRITON_INTERPRET once).
+    for variable, value in (target.environment if target is not None else {}).items():
+        os.environ.setdefault(variable, value)
     config.stash[backend_name_key] = name
     config.stash[availability_key] = _availability(name)
 

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from conformance.targets import DEVICE_KINDS, device_kind_of
+
 GIT_COMMIT_ENV = "MLA_CONFORMANCE_GIT_COMMIT"
 """The commit a run tests, for machines whose copy of the tree has no git metadata."""
 
@@ -24,7 +26,6 @@ TRACKED_PACKAGES: dict[str, tuple[str, ...]] = {
     "triton": ("triton", "pytorch-triton", "pytorch-triton-rocm"),
     "aiter": ("aiter", "amd-aiter"),
 }
-GPU_BACKENDS: frozenset[str] = frozenset({"cuda", "rocm"})
 
 
 def package_versions() -> dict[str, str | None]:
@@ -115,21 +116,25 @@ def gpu_name() -> str | None:
 
 
 def _declared_device_kind(backend: str) -> str | None:
-    """The backend's declared ``device_kind``, if the registry is loaded (never imported here)."""
+    """The backend's declared ``device_kind``: the built-in declaration, else a plug-in's,
+    if the registry is loaded (a plug-in module is never imported here)."""
+    kind = device_kind_of(backend, load_plugins=False)
+    if kind is not None:
+        return kind
     registry = sys.modules.get("backends.registry")
     if registry is None:
         return None
     try:
         return str(registry.get_backend(backend).device_kind)
-    except Exception:  # an unknown or broken backend: fall back to the name
+    except Exception:  # an unknown or broken backend: its device is not known
         return None
 
 
 def device_name(backend: str) -> str | None:
-    """The device a backend runs on: the GPU for a GPU backend (its declared ``device_kind``,
-    else the built-in names cuda/rocm), the CPU model otherwise."""
-    kind = _declared_device_kind(backend)
-    if kind in GPU_BACKENDS or (kind is None and backend in GPU_BACKENDS):
+    """The device a backend runs on: the GPU for a backend of a GPU device kind, the CPU
+    model otherwise."""
+    kind = DEVICE_KINDS.get(_declared_device_kind(backend) or "")
+    if kind is not None and kind.is_gpu:
         return gpu_name()
     return cpu_name()
 

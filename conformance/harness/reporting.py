@@ -168,7 +168,7 @@ def _durations(config: pytest.Config) -> dict[str, float] | None:
 
 def _pin_worker(config: pytest.Config, state: RunState) -> None:
     worker_input = config.workerinput  # type: ignore[attr-defined]
-    state.pinned = gpu_pinning.pinned_devices(
+    state.pinned = gpu_pinning.pinned_for_backend(
         state.backend,
         os.environ,
         worker_id=str(worker_input.get("workerid", "")),

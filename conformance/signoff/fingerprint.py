@@ -4,8 +4,9 @@ Evidence records this fingerprint when it is saved; the sign-off recomputes it i
 being signed off, and evidence whose files have changed is STALE, naming them. The files: the
 backend's own module(s) and kernels, the shared builder, the domain packages (metadata model,
 layer protocol, planner, numerics), the conformance tests, the goldens manifest, and the
-backend's expectation file. A third-party backend adds the module it is registered from when
-that module lies inside the checkout.
+backend's expectation file. A backend's own files are declared with it (``behaviour_files`` in
+`conformance.targets`, or on a plug-in's class); a third-party backend adds the module it is
+registered from when that module lies inside the checkout.
 
 ``python -m conformance.signoff.fingerprint BACKEND`` prints the fingerprint as JSON.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.harness.provenance import git_facts
+from conformance.targets import ENTRY_POINT_GROUP, declared
 
 COMMON_FILES: tuple[str, ...] = (
     "backends/base.py",
@@ -33,26 +35,6 @@ COMMON_FILES: tuple[str, ...] = (
     "tests/conformance/*.py",
     "tests/goldens/manifest.json",
 )
-TRITON_FILES: tuple[str, ...] = (
-    "backends/triton_backend.py",
-    "kernels/triton_mla.py",
-    "kernels/triton_mla/*.py",
-)
-BACKEND_FILES: dict[str, tuple[str, ...]] = {
-    "cpu": ("backends/cpu.py", "kernels/plan_exec.py", "kernels/reference.py", "kernels/paged.py"),
-    "cuda": (  # on a GPU: the device planner, and the Gluon decode on Hopper
-        *TRITON_FILES,
-        "kernels/gluon_mla/*.py",
-        "kernels/device_plan.py",
-        "kernels/planner_setup.py",
-        "kernels/triton_planner.py",
-        "kernels/paged.py",
-    ),
-    "interpret": (*TRITON_FILES, "kernels/paged.py"),
-    "rocm": ("backends/rocm/*.py", "kernels/paged.py"),
-    "flashinfer": ("backends/flashinfer_backend.py",),
-}
-ENTRY_POINT_GROUP = "mla_conformance.backends"
 FINGERPRINT_KEY = "fingerprint"
 
 
@@ -70,11 +52,17 @@ def _plugin_module(backend: str, root: Path) -> list[str]:
     return []
 
 
+def _declared_files(backend: str) -> tuple[str, ...]:
+    """The behaviour files ``backend`` declares (`conformance.targets`, or its class)."""
+    target = declared(backend)
+    return () if target is None else target.behaviour_files
+
+
 def behaviour_files(backend: str, root: Path) -> list[str]:
     """Repository-relative paths of the files that decide ``backend``'s behaviour."""
     patterns = [
         *COMMON_FILES,
-        *BACKEND_FILES.get(backend, ()),
+        *_declared_files(backend),
         f"conformance/expectations/{backend}.txt",
     ]
     found = {path.relative_to(root).as_posix() for p in patterns for path in root.glob(p)}

@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from conformance.signoff.model import BackendInput, Outcome, RunReport
+from conformance.targets import DEVICE_KINDS
 
-GPU_KINDS: frozenset[str] = frozenset({"cuda", "rocm"})
+GPU_KINDS: frozenset[str] = frozenset(kind.name for kind in DEVICE_KINDS.values() if kind.is_gpu)
 MAX_SHOWN = 3
 RAN: frozenset[Outcome] = frozenset({Outcome.PASSED, Outcome.FAILED, Outcome.XFAIL})
 

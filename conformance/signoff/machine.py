@@ -14,12 +14,10 @@ from pathlib import Path
 from typing import Protocol
 
 from conformance.signoff.model import DEFAULT_BACKENDS
+from conformance.targets import BUILTIN_TARGETS
 
 BUILTIN_DEVICE_KINDS: dict[str, str] = {
-    "cpu": "cpu",
-    "interpret": "cpu",
-    "cuda": "cuda",
-    "rocm": "rocm",
+    name: target.device_kind for name, target in BUILTIN_TARGETS.items()
 }
 
 

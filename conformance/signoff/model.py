@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from conformance.harness.sharding import Shard
+from conformance.targets import default_names, release_names
 
-DEFAULT_BACKENDS: tuple[str, ...] = ("cpu", "interpret", "cuda", "rocm")
-RELEASE_BACKENDS: tuple[str, ...] = ("cpu", "cuda", "rocm")
+DEFAULT_BACKENDS: tuple[str, ...] = default_names()
+RELEASE_BACKENDS: tuple[str, ...] = release_names()
 MACHINE_FACTS: tuple[str, ...] = tuple(
     "device device_kind devices versions torch_cuda torch_hip python platform hostname "
     "git_commit git_dirty".split()

@@ -13,6 +13,7 @@ from backends.common import PlanFreeBuilder
 from conformance.metadata.batch import BATCH_SPECS, make_cam
 from conformance.metadata.dims import DEEPSEEK_R1
 from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL, MLAAttentionLayer
+from conformance.targets import BUILTIN_TARGETS, Target
 
 pytestmark = pytest.mark.selftest
 
@@ -95,7 +96,7 @@ class NoQDtypes(Minimal):
 
 def test_the_registry_refuses_a_backend_that_declares_itself_wrongly(monkeypatch) -> None:
     target = f"{__name__}:NoQDtypes"
-    monkeypatch.setitem(registry.BUILTIN_BACKENDS, "no_q_dtypes", target)
+    monkeypatch.setitem(BUILTIN_TARGETS, "no_q_dtypes", Target("no_q_dtypes", "broken", target))
     monkeypatch.setattr(registry, "_load", lambda _: NoQDtypes)
     registry.get_backend.cache_clear()
     try:

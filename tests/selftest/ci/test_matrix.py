@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import ast
 import io
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from conformance.ci import matrix as ci_matrix
 from conformance.ci.matrix import MatrixError, build_matrix, parse_shard_counts
+from conformance.targets import BUILTIN_TARGETS, DEVICE_KINDS
 
 WORKFLOW = Path(__file__).resolve().parents[3] / ".github" / "workflows" / "conformance.yml"
 
@@ -168,48 +170,32 @@ def test_workflow_is_plain_yaml_without_tabs(workflow: str) -> None:
     assert jobs_found == ["plan", "conformance", "signoff"]
 
 
-def _noxfile_session_tags() -> dict[str, tuple[list[str], set[str]]]:
-    """``session -> (tags, names it calls)`` of every ``@nox.session`` in the noxfile."""
-    tree = ast.parse((WORKFLOW.parents[2] / "noxfile.py").read_text())
-    found = {}
-    for node in tree.body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        for decorator in node.decorator_list:
-            call = decorator if isinstance(decorator, ast.Call) else None
-            target = call.func if call else decorator
-            if ast.unparse(target) != "nox.session":
-                continue
-            tags = next(
-                (
-                    ast.literal_eval(k.value)
-                    for k in (call.keywords if call else [])
-                    if k.arg == "tags"
-                ),
-                [],
-            )
-            calls = {ast.unparse(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
-            found[node.name] = (tags, calls)
-    return found
+def _nox_listing() -> list[dict]:
+    """``nox --json -l -t cpu gpu`` on this repository's noxfile (lists; makes nothing)."""
+    pytest.importorskip("nox")
+    command = [sys.executable, "-m", "nox", "-f", str(WORKFLOW.parents[2] / "noxfile.py")]
+    result = subprocess.run(
+        [*command, "--json", "-l", "-t", "cpu", "gpu"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 def test_listing_above_matches_the_noxfile() -> None:
-    sessions = _noxfile_session_tags()
-    tagged = {
-        name: tags for name, (tags, _) in sessions.items() if ci_matrix.BACKEND_TAGS & set(tags)
-    }
+    listing = {entry["session"]: entry["tags"] for entry in _nox_listing()}
     listed = {entry["session"]: entry["tags"] for entry in NOX_LISTING[:4]}
-    assert tagged == listed, f"backend-tagged noxfile sessions {tagged}, listing {listed}"
-    for name in tagged:
-        assert "_conformance" in sessions[name][1], (
-            f"nox session {name!r} carries a backend tag but runs no conformance set: the CI "
-            f"matrix would make a conformance job of it"
-        )
+    assert {name: listing[name] for name in listed} == listed
+    declared = {
+        name: list(target.device.tags)
+        for name, target in BUILTIN_TARGETS.items()
+        if target.kind == "backend"
+    }
+    assert listing == declared, "every declared backend, and nothing else, is a tagged session"
 
 
 def test_gpu_jobs_have_longer_timeouts_than_cpu_jobs() -> None:
     timeouts = {job["backend"]: job["timeout_minutes"] for job in jobs()}
-    assert timeouts["cuda"] == timeouts["rocm"] == ci_matrix.TIMEOUT_MINUTES["cuda"]
+    assert timeouts["cuda"] == timeouts["rocm"] == DEVICE_KINDS["cuda"].timeout_minutes
     assert timeouts["cpu"] == ci_matrix.DEFAULT_TIMEOUT_MINUTES
     assert all(isinstance(minutes, int) and minutes > 0 for minutes in timeouts.values())
 

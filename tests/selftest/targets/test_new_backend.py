@@ -1,0 +1,129 @@
+"""A new built-in backend touches three places: its module, its expectation file and its
+declaration in `conformance.targets`. Everything else (registry, sign-off, fingerprint, CI
+matrix, nox sessions, pytest plugin) sees it from there."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import runpy
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from backends import registry
+from conformance import targets
+from conformance.ci.matrix import build_matrix
+from conformance.signoff.fingerprint import behaviour_files
+from conformance.signoff.machine import RegistryView, StaticView, known_backends
+from conformance.targets import BUILTIN_TARGETS, Target
+
+pytestmark = pytest.mark.selftest
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+NAME = "tiny_gpu"
+MODULE = '''
+from typing import ClassVar
+
+import torch
+
+from backends.base import Availability, Backend
+from backends.common import PlanFreeBuilder
+
+
+class TinyGpuBackend(Backend):
+    """A backend that is never available (it only has to be seen)."""
+
+    name: ClassVar[str] = "tiny_gpu"
+    layer_protocol: ClassVar[frozenset[str]] = frozenset()
+
+    def availability(self) -> Availability:
+        return Availability(False, "a declaration example")
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def builder_cls(self):
+        return PlanFreeBuilder
+'''
+
+
+@pytest.fixture
+def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Place 1: the module; place 2: the expectation file; place 3: the declaration."""
+    (tmp_path / "tiny_gpu_backend.py").write_text(MODULE, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    expectations = tmp_path / "expectations"
+    expectations.mkdir()
+    (expectations / f"{NAME}.txt").write_text("# nothing expected to fail\n", encoding="utf-8")
+    declaration = Target(
+        NAME,
+        "Conformance run of a tiny GPU backend.",
+        "tiny_gpu_backend:TinyGpuBackend",
+        device_kind="cuda",
+        behaviour_files=("backends/flashinfer_backend.py",),
+        environment={"TINY_GPU_MODE": "strict"},
+    )
+    monkeypatch.setitem(BUILTIN_TARGETS, NAME, declaration)
+    registry.get_backend.cache_clear()
+    yield expectations
+    registry.get_backend.cache_clear()
+    sys.modules.pop("tiny_gpu_backend", None)
+
+
+def test_the_registry_loads_it_with_its_declared_facts(tiny: Path) -> None:
+    assert NAME in registry.backend_names()
+    backend = registry.get_backend(NAME)
+    assert backend.device_kind == "cuda"  # from the declaration, not from the class
+    assert dict(backend.environment) == {"TINY_GPU_MODE": "strict"}
+    assert backend.check_declaration() == []
+
+
+def test_the_sign_off_knows_its_name_device_and_files(tiny: Path) -> None:
+    assert NAME in known_backends(StaticView(), tiny)
+    assert NAME in known_backends(RegistryView(), REPO_ROOT / "missing")
+    assert RegistryView().device_kind(NAME) == "cuda"
+    files = behaviour_files(NAME, REPO_ROOT)
+    assert "backends/flashinfer_backend.py" in files
+    assert "backends/triton_backend.py" not in files
+
+
+def test_the_ci_matrix_runs_it_on_its_device_kind(tiny: Path) -> None:
+    listing = [{"session": NAME, "name": NAME, "tags": ["gpu", "cuda"], "call_spec": {}}]
+    (job,) = build_matrix(listing, {})["include"]
+    assert job["runs_on"] == ["self-hosted", "nvidia"]
+    assert job["timeout_minutes"] == targets.DEVICE_KINDS["cuda"].timeout_minutes
+
+
+def test_nox_lists_a_session_for_it(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    nox_registry = pytest.importorskip("nox.registry")
+    monkeypatch.setattr(nox_registry, "_REGISTRY", {})  # the noxfile registers anew
+    runpy.run_path(str(REPO_ROOT / "noxfile.py"), run_name="noxfile_under_test")
+    sessions = nox_registry.get()
+    assert NAME in sessions
+    assert list(sessions[NAME].tags) == ["gpu", "cuda"]
+    assert sessions[NAME].func.__doc__ == "Conformance run of a tiny GPU backend."
+
+
+def test_the_pytest_plugin_sets_its_environment(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plugin = importlib.import_module("conformance.harness.plugin")
+    monkeypatch.delenv("TINY_GPU_MODE", raising=False)
+
+    config = SimpleNamespace(stash={}, getoption=lambda name: NAME)
+    plugin.pytest_configure(config)  # type: ignore[arg-type]
+    assert os.environ.get("TINY_GPU_MODE") == "strict"
+    monkeypatch.delenv("TINY_GPU_MODE", raising=False)
+
+
+def test_an_engine_target_needs_no_class_but_a_backend_does() -> None:
+    engine = Target("someengine", "An engine.", kind="engine", device_kind="cuda")
+    assert engine.class_path is None and not engine.default
+    with pytest.raises(ValueError, match="class_path: a backend needs"):
+        Target("noclass", "A backend without a class.")
+    with pytest.raises(ValueError, match="device_kind: expected one of"):
+        Target("tpu", "A device nobody declares.", "m:C", device_kind="tpu")
