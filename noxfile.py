@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from conformance.ci import installer, sessions  # noqa: E402
-from conformance.harness.gpu_pinning import gpu_count  # noqa: E402
 from conformance.harness.plugins_env import install_plugins  # noqa: E402
-from conformance.harness.run_state import BACKEND_ENVIRONMENT_VARIABLE  # noqa: E402
-from conformance.harness.sharding import DURATIONS_FILE, junit_name  # noqa: E402
+from conformance.runs.environment import BACKEND_VARIABLE, gpu_count  # noqa: E402
+from conformance.runs.names import junit_name  # noqa: E402
+from conformance.runs.shards import DURATIONS_FILE  # noqa: E402
 from conformance.targets import (  # noqa: E402
     BACKEND,
     BUILTIN_TARGETS,
@@ -158,7 +158,7 @@ def _conformance(session: nox.Session, target: Target, backend: str, junit: str)
         "-p", "no:cacheprovider",
         *sessions.worker_args(kind, session.posargs, _gpus(kind)),
         *session.posargs,
-        env={BACKEND_ENVIRONMENT_VARIABLE: backend, **threads, **target.environment},
+        env={BACKEND_VARIABLE: backend, **threads, **target.environment},
     )  # fmt: skip
     outcome = sessions.run_outcome(ROOT / path, started)
     selection = str((outcome or {}).get("selection", "full"))

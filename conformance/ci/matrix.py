@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance.harness.sharding import Shard, junit_name
+from conformance.runs.names import Shard, junit_name
 from conformance.targets import DEFAULT_DEVICE_KIND, DEVICE_KINDS, DeviceKind, device_kind_of
 
 BACKEND_TAGS: frozenset[str] = frozenset(tag for kind in DEVICE_KINDS.values() for tag in kind.tags)

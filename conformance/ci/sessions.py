@@ -10,14 +10,8 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from conformance.harness.gpu_pinning import gpu_count
-from conformance.harness.sharding import (
-    Shard,
-    junit_name,
-    parse_shard,
-    partial_junit_path,
-    sidecar_path,
-)
+from conformance.runs.environment import gpu_count
+from conformance.runs.names import Shard, junit_name, parse_shard, partial_junit_path, sidecar_path
 from conformance.targets import DEFAULT_DEVICE_KIND, DEVICE_KINDS, device_kind_of
 
 # pytest options of the suite's sessions that take a separate value (``-k EXPR``).

@@ -3,13 +3,14 @@
 - `plugin`: backend selection and availability gating (``-p conformance.harness.plugin``);
 - `reporting`: the report plugin's hooks (shards, expectations, sidecar, archive);
 - `run_state`: what the report plugin learns during one session;
-- `sidecar`: the ``.meta.json`` beside each JUnit file;
+- `sidecar`: what the plugin records in the ``.meta.json`` beside each JUnit file;
 - `selection`: partial selections, which never supersede a full report;
 - `archive`: moving superseded reports to ``reports/previous/``;
-- `expectations`: per-backend expectation files (``conformance/expectations/``);
-- `sharding`: duration-balanced (else hashed) shards and JUnit file names;
-- `gpu_pinning`: one GPU per xdist worker;
-- `provenance`: the machine and software facts a run records.
+- `gpu_pinning`: one GPU per xdist worker, by the backend's declared device kind.
+
+File names, shards, the sidecar format, expectation files and provenance are the run
+contract, shared with the sign-off: `conformance.runs`. (`sharding`, `expectations` and
+`provenance` here re-export it for one release.)
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import datetime as dt
 import shutil
 from pathlib import Path
 
-from conformance.harness.sharding import Shard, parse_junit_name, sidecar_path
+from conformance.runs.names import Shard, parse_junit_name, sidecar_path
 
 
 def superseded(junit_dir: Path, backend: str, shard: Shard | None, own: Path) -> list[Path]:

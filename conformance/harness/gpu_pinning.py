@@ -13,12 +13,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from conformance.runs.environment import GPU_COUNT_VARIABLE, gpu_count
 from conformance.targets import DEVICE_KINDS, device_kind_of
+
+__all__ = [
+    "GPU_COUNT_VARIABLE",
+    "VISIBLE_DEVICES_VARIABLE",
+    "gpu_count",
+    "pinned_devices",
+    "pinned_for_backend",
+    "worker_number",
+]
 
 VISIBLE_DEVICES_VARIABLE: dict[str, str] = {
     kind.name: kind.visible_devices for kind in DEVICE_KINDS.values() if kind.visible_devices
 }
-GPU_COUNT_VARIABLE = "MLA_GPU_COUNT"
 _WORKER_ID = re.compile(r"^gw(\d+)$")
 
 
@@ -26,16 +35,6 @@ def worker_number(worker_id: str) -> int | None:
     """``"gw3"`` → 3; None for anything that is not an xdist worker id."""
     match = _WORKER_ID.match(worker_id)
     return None if match is None else int(match.group(1))
-
-
-def gpu_count(environ: Mapping[str, str]) -> int | None:
-    """``MLA_GPU_COUNT`` as a number of GPUs (None when unset); `ValueError` names bad values."""
-    text = environ.get(GPU_COUNT_VARIABLE, "").strip()
-    if not text:
-        return None
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{GPU_COUNT_VARIABLE}={text!r}: expected a whole number of GPUs (>= 1)")
-    return int(text)
 
 
 def pinned_devices(

@@ -1,152 +1,27 @@
-"""Facts about the machine and software a run used: versions, device, git commit.
-
-Everything here is best effort and never raises: a fact that cannot be found is ``None``.
-Nothing here imports torch; a device name is read only from a torch that is already imported,
-so a pytest-xdist controller does not initialise a GPU its workers are about to pin.
-"""
+"""Moved to `conformance.runs.provenance`; these names stay here for one release."""
 
 from __future__ import annotations
 
-import importlib.metadata
-import os
-import platform
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
+from conformance.runs.provenance import (
+    GIT_COMMIT_ENV,
+    TRACKED_PACKAGES,
+    cpu_name,
+    device_name,
+    git_facts,
+    gpu_name,
+    package_versions,
+    run_facts,
+    torch_build,
+)
 
-from conformance.targets import DEVICE_KINDS, device_kind_of
-
-GIT_COMMIT_ENV = "MLA_CONFORMANCE_GIT_COMMIT"
-"""The commit a run tests, for machines whose copy of the tree has no git metadata."""
-
-# module name -> distribution names to ask importlib.metadata when the module is not imported
-TRACKED_PACKAGES: dict[str, tuple[str, ...]] = {
-    "torch": ("torch",),
-    "triton": ("triton", "pytorch-triton", "pytorch-triton-rocm"),
-    "aiter": ("aiter", "amd-aiter"),
-}
-
-
-def package_versions() -> dict[str, str | None]:
-    """Version of torch, triton and aiter: of the imported module, else of the installed one."""
-    versions: dict[str, str | None] = {}
-    for module_name, distributions in TRACKED_PACKAGES.items():
-        module = sys.modules.get(module_name)
-        version = getattr(module, "__version__", None) if module is not None else None
-        for distribution in distributions if version is None else ():
-            try:
-                version = importlib.metadata.version(distribution)
-                break
-            except importlib.metadata.PackageNotFoundError:
-                continue
-        versions[module_name] = None if version is None else str(version)
-    return versions
-
-
-def torch_build() -> dict[str, str | None]:
-    """CUDA / HIP versions torch was built with, when torch is already imported."""
-    torch = sys.modules.get("torch")
-    version = getattr(torch, "version", None)
-    return {
-        "torch_cuda": getattr(version, "cuda", None),
-        "torch_hip": getattr(version, "hip", None),
-    }
-
-
-def _run_git(arguments: list[str], cwd: Path) -> str | None:
-    try:
-        completed = subprocess.run(
-            ["git", *arguments],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if completed.returncode != 0:
-        return None
-    return completed.stdout.strip()
-
-
-def git_facts(cwd: Path) -> dict[str, Any]:
-    """``git_commit`` and ``git_dirty`` of the checkout at ``cwd``.
-
-    ``MLA_CONFORMANCE_GIT_COMMIT`` wins over ``git rev-parse HEAD``: whoever copied the tree
-    to a machine names the commit it holds, and git metadata travelling with such a copy may
-    be older than its files (then ``git_dirty`` is unknown).
-    """
-    named = os.environ.get(GIT_COMMIT_ENV)
-    if named:
-        return {"git_commit": named, "git_dirty": None}
-    commit = _run_git(["rev-parse", "HEAD"], cwd)
-    status = _run_git(["status", "--porcelain", "--untracked-files=no"], cwd)
-    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
-
-
-def cpu_name() -> str:
-    """The CPU model (from /proc/cpuinfo where there is one), else the machine type."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.lower().startswith("model name") and ":" in line:
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown cpu"
-
-
-def gpu_name() -> str | None:
-    """Name (and gfx arch on ROCm) of the current GPU, if torch is imported and sees one."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    try:
-        if not torch.cuda.is_available():
-            return None
-        index = torch.cuda.current_device()
-        name = str(torch.cuda.get_device_name(index))
-        if not getattr(torch.version, "hip", None):
-            return name
-        arch = getattr(torch.cuda.get_device_properties(index), "gcnArchName", None)
-        return f"{name} ({arch})" if arch else name
-    except Exception:  # a fact we cannot read is simply absent
-        return None
-
-
-def _declared_device_kind(backend: str) -> str | None:
-    """The backend's declared ``device_kind``: the built-in declaration, else a plug-in's,
-    if the registry is loaded (a plug-in module is never imported here)."""
-    kind = device_kind_of(backend, load_plugins=False)
-    if kind is not None:
-        return kind
-    registry = sys.modules.get("backends.registry")
-    if registry is None:
-        return None
-    try:
-        return str(registry.get_backend(backend).device_kind)
-    except Exception:  # an unknown or broken backend: its device is not known
-        return None
-
-
-def device_name(backend: str) -> str | None:
-    """The device a backend runs on: the GPU for a backend of a GPU device kind, the CPU
-    model otherwise."""
-    kind = DEVICE_KINDS.get(_declared_device_kind(backend) or "")
-    if kind is not None and kind.is_gpu:
-        return gpu_name()
-    return cpu_name()
-
-
-def run_facts(backend: str, cwd: Path) -> dict[str, Any]:
-    """All facts of one run, as a JSON-ready dict."""
-    return {
-        "device": device_name(backend),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "hostname": platform.node(),
-        "versions": package_versions(),
-        **torch_build(),
-        **git_facts(cwd),
-    }
+__all__ = [
+    "GIT_COMMIT_ENV",
+    "TRACKED_PACKAGES",
+    "cpu_name",
+    "device_name",
+    "git_facts",
+    "gpu_name",
+    "package_versions",
+    "run_facts",
+    "torch_build",
+]

@@ -6,7 +6,7 @@ live there). What it does, and when:
 - ``--shard I/N`` keeps the tests of shard I (1-based) of N after every other selection
   (``-k``, ``-m``, expectation marks): balanced by the recorded durations of
   ``.test_durations`` where that file and pytest-split are present, else by sha256 of the node
-  id (`conformance.harness.sharding`).
+  id (`conformance.runs.shards`).
 - Every option and ``MLA_GPU_COUNT`` is checked at configuration: a bad one is a one-line
   usage error, before any report is touched.
 - A partial selection (`conformance.harness.selection`) writes its conventional JUnit file
@@ -21,7 +21,7 @@ live there). What it does, and when:
 - The sidecar (`conformance.harness.sidecar`) is first written marked ``"finished": false``
   at session start, so a run that crashes before pytest writes its JUnit leaves a trace; once
   pytest has written the JUnit file (``pytest_unconfigure``) its sha256 is added (``junit_sha256``).
-- On a multi-GPU host, each xdist worker of a cuda/rocm run sees one GPU
+- On a multi-GPU host, each xdist worker of a backend with a GPU device kind sees one GPU
   (`conformance.harness.gpu_pinning`).
 """
 
@@ -38,13 +38,6 @@ import pytest
 
 from conformance.harness import gpu_pinning, sidecar
 from conformance.harness.archive import archive_superseded
-from conformance.harness.expectations import (
-    ExpectationFileError,
-    expectations_path,
-    load_expectations,
-    match_expectation,
-    stale_entries,
-)
 from conformance.harness.run_state import (
     STATE_KEY,
     RunState,
@@ -54,11 +47,18 @@ from conformance.harness.run_state import (
     relative,
 )
 from conformance.harness.selection import partial_junit_path, partial_reason
-from conformance.harness.sharding import (
+from conformance.runs.expectations import (
+    ExpectationFileError,
+    expectations_path,
+    load_expectations,
+    match_expectation,
+    stale_entries,
+)
+from conformance.runs.names import parse_shard
+from conformance.runs.shards import (
     DURATIONS_FILE,
     duration_algorithm,
     load_durations,
-    parse_shard,
     select_for_shard,
 )
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conformance.harness.sharding import Shard
+from conformance.runs.names import Shard
 
 DEFAULT_BACKEND = "cpu"
 BACKEND_ENVIRONMENT_VARIABLE = "MLA_CONFORMANCE_BACKEND"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.harness.sharding import PARTIAL_DIR, partial_junit_path
+from conformance.runs.names import PARTIAL_DIR, partial_junit_path
 
 __all__ = ["PARTIAL_DIR", "partial_junit_path", "partial_reason"]
 

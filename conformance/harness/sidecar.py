@@ -1,4 +1,4 @@
-"""The JUnit sidecar ``<junit path minus .xml>.meta.json`` of a conformance run.
+"""What the pytest plugin writes in the sidecar of a conformance run (`conformance.runs.sidecar`).
 
 Written by the controller only (never an xdist worker). It holds the backend, shard, whether
 the selection was full or partial (``selection``, ``selection_reason``), the collected and
@@ -7,19 +7,15 @@ selected ids, availability, device, versions, git commit and timestamps.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 from typing import Any
 
 import pytest
 
-from conformance.harness import provenance
 from conformance.harness.run_state import RunState, now, relative
-from conformance.harness.sharding import junit_name, sidecar_path
-from conformance.signoff.atomic import atomic_write_text
-
-SIDECAR_FORMAT = "mla-conformance-run/1"
+from conformance.runs import provenance
+from conformance.runs.names import junit_name
+from conformance.runs.sidecar import SIDECAR_FORMAT, seal_sidecar, write_sidecar
 
 
 def availability(backend: str) -> tuple[bool | None, str | None]:
@@ -126,9 +122,7 @@ def document(
 def write(config: pytest.Config, state: RunState, **kwargs: Any) -> None:
     """Write the sidecar atomically beside the JUnit file."""
     assert state.junit_path is not None
-    text = json.dumps(document(config, state, **kwargs), indent=2) + "\n"
-    state.junit_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(sidecar_path(state.junit_path), text)
+    write_sidecar(state.junit_path, document(config, state, **kwargs))
 
 
 def stamp_junit_suite(config: pytest.Config, state: RunState) -> None:
@@ -151,13 +145,4 @@ def stamp_junit_suite(config: pytest.Config, state: RunState) -> None:
 def seal(state: RunState) -> None:
     """Add the sha256 of the finished JUnit file to this run's sidecar (if both exist)."""
     assert state.junit_path is not None
-    companion = sidecar_path(state.junit_path)
-    try:
-        document = json.loads(companion.read_text(encoding="utf-8"))
-        data = state.junit_path.read_bytes()
-    except (OSError, ValueError):
-        return  # no JUnit file (or sidecar) to seal; the sign-off names what is missing
-    if not isinstance(document, dict) or document.get("run_id") != state.run_id:
-        return
-    document["junit_sha256"] = hashlib.sha256(data).hexdigest()
-    atomic_write_text(companion, json.dumps(document, indent=2) + "\n")
+    seal_sidecar(state.junit_path, state.run_id)

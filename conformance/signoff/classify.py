@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
-from conformance.harness.expectations import (
+from conformance.runs.expectations import (
     EXPECTED_SKIP_PREFIX,
     EXPECTED_XFAIL_PREFIX,
     Expectation,

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from conformance.harness.expectations import DEFAULT_EXPECTATIONS_DIR
+from conformance.runs.expectations import DEFAULT_EXPECTATIONS_DIR
 from conformance.signoff.engine import (
     SignoffOptions,
     SignoffUsageError,

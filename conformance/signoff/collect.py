@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from conformance.runs.environment import BACKEND_VARIABLE
 from conformance.signoff.errors import SignoffInputError
 
 CONFORMANCE_TESTS = "tests/conformance"
@@ -44,7 +45,7 @@ def parse_collect_output(text: str) -> list[str]:
 def collect_ids(backend: str, *, root: Path, command: Sequence[str] | None = None) -> list[str]:
     """Run the collection in ``root``; raise `SignoffInputError` if pytest fails."""
     arguments = list(command) if command is not None else collect_command(backend)
-    environment = {**os.environ, "MLA_CONFORMANCE_BACKEND": backend}
+    environment = {**os.environ, BACKEND_VARIABLE: backend}
     try:
         completed = subprocess.run(
             arguments,

@@ -12,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from conformance.harness.sharding import Shard, junit_name, parse_junit_name, shard_index_of
+from conformance.runs.names import (
+    Shard,
+    junit_name,
+    junit_name_of_sidecar,
+    parse_junit_name,
+    sidecar_name,
+)
+from conformance.runs.shards import shard_index_of
 from conformance.signoff.model import BackendInput, Completeness
 
 ABNORMAL_EXIT: dict[int, str] = {2: "interrupted", 3: "internal error", 4: "usage error"}
@@ -85,7 +92,7 @@ def check_completeness(
     for path in backend_input.broken_files:
         present[path.name] = parse_junit_name(path.name)[1]
     for path in backend_input.orphan_sidecars:
-        junit_file = path.name.removesuffix(".meta.json") + ".xml"
+        junit_file = junit_name_of_sidecar(path.name)
         present[junit_file] = parse_junit_name(junit_file)[1]
         issues.append(
             f"{junit_file} is missing but its sidecar {path.name} exists: the run crashed "
@@ -116,7 +123,7 @@ def check_completeness(
             if collected is None:
                 issues.append(
                     f"{run.path.name}: no readable sidecar "
-                    f"{run.path.name.removesuffix('.xml')}.meta.json, so which tests it should "
+                    f"{sidecar_name(run.path.name)}, so which tests it should "
                     "have run is unknown (run through the report plugin, or sign off with "
                     "--collect)"
                 )
@@ -130,7 +137,7 @@ def check_completeness(
                 f"(run_id {junit_run_id} vs {run.sidecar['run_id']})"
             )
     for path, document in backend_input.orphan_documents.items():
-        documents[path.name.removesuffix(".meta.json") + ".xml"] = document
+        documents[junit_name_of_sidecar(path.name)] = document
 
     # 3. the ids this backend should have run
     expected: list[str] | None

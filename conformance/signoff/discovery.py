@@ -6,12 +6,15 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.harness.sharding import parse_junit_name, sidecar_path
+from conformance.runs.names import (
+    SIDECAR_SUFFIX,
+    junit_name_of_sidecar,
+    parse_junit_name,
+    sidecar_path,
+)
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.loading import MAX_JUNIT_BYTES, load_run, load_sidecar
 from conformance.signoff.model import BackendInput
-
-SIDECAR_SUFFIX = ".meta.json"
 
 
 @dataclass
@@ -24,9 +27,8 @@ class Discovered:
 
 
 def _backend_of(path: Path, *, known_backends: Collection[str]) -> str:
-    junit_file_name = path.name.removesuffix(SIDECAR_SUFFIX)
-    if junit_file_name != path.name:
-        junit_file_name += ".xml"
+    is_sidecar = path.name.endswith(SIDECAR_SUFFIX)
+    junit_file_name = junit_name_of_sidecar(path.name) if is_sidecar else path.name
     try:
         backend, _ = parse_junit_name(junit_file_name)
     except ValueError as error:
@@ -98,7 +100,7 @@ def discover(
             continue
         target.runs.append(run)
     for path in sidecars:
-        junit_path = path.with_name(path.name.removesuffix(SIDECAR_SUFFIX) + ".xml")
+        junit_path = path.with_name(junit_name_of_sidecar(path.name))
         target = None if junit_path.exists() else backend_input(path)
         if target is None:
             continue

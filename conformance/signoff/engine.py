@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.harness.expectations import (
+from conformance.runs.atomic import atomic_write_bytes
+from conformance.runs.expectations import (
     DEFAULT_EXPECTATIONS_DIR,
     Expectation,
     ExpectationFileError,
@@ -16,7 +17,6 @@ from conformance.harness.expectations import (
     load_expectations,
 )
 from conformance.signoff import machine
-from conformance.signoff.atomic import atomic_write_bytes
 from conformance.signoff.baseline import load_baseline
 from conformance.signoff.collect import collect_ids
 from conformance.signoff.discovery import discover

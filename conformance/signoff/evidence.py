@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.harness.provenance import git_facts
-from conformance.harness.sharding import parse_junit_name
-from conformance.signoff.atomic import atomic_write_bytes, atomic_write_text, current_umask
+from conformance.runs.atomic import atomic_write_bytes, atomic_write_text, current_umask
+from conformance.runs.names import parse_junit_name
+from conformance.runs.provenance import git_facts
 from conformance.signoff.discovery import SIDECAR_SUFFIX, discover
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.fingerprint import FINGERPRINT_KEY, changed_files, fingerprint

@@ -22,7 +22,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from conformance.harness.provenance import git_facts
+from conformance.runs.provenance import git_facts
 from conformance.targets import ENTRY_POINT_GROUP, declared
 
 COMMON_FILES: tuple[str, ...] = (

@@ -17,7 +17,8 @@ from xml.etree.ElementTree import Element, ParseError
 from defusedxml import DefusedXmlException, DTDForbidden, EntitiesForbidden
 from defusedxml.ElementTree import fromstring as safe_fromstring
 
-from conformance.harness.sharding import Shard
+from conformance.runs.names import Shard
+from conformance.runs.sidecar import SIDECAR_FORMAT_PREFIX
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.model import CaseResult, Outcome, RunReport
 
@@ -27,7 +28,6 @@ MAX_DETAIL_CHARS = 4000
 MAX_TESTCASES = 100_000
 MAX_XML_DEPTH = 16  # pytest nests 5 deep (testsuites/testsuite/testcase/properties/property)
 TEARDOWN_PREFIX = "failed on teardown"
-SIDECAR_FORMAT_PREFIX = "mla-conformance-run/"
 XFAIL_TYPE = "pytest.xfail"
 
 

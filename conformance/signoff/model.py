@@ -7,16 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.harness.sharding import Shard
+from conformance.runs.names import Shard
+from conformance.runs.sidecar import MACHINE_FACTS as MACHINE_FACTS  # re-exported
 from conformance.targets import default_names, release_names
 
 DEFAULT_BACKENDS: tuple[str, ...] = default_names()
 RELEASE_BACKENDS: tuple[str, ...] = release_names()
-MACHINE_FACTS: tuple[str, ...] = tuple(
-    "device device_kind devices versions torch_cuda torch_hip python platform hostname "
-    "git_commit git_dirty".split()
-)
-"""The sidecar facts that describe the machine and software of a run."""
 
 
 class Outcome(str, enum.Enum):

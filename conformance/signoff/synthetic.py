@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from conformance.harness.sharding import Shard, junit_name, select_for_shard, sidecar_path
+from conformance.runs.names import Shard, junit_name, sidecar_path
+from conformance.runs.shards import select_for_shard
+from conformance.runs.sidecar import SIDECAR_FORMAT
 from conformance.signoff.engine import SignoffOptions
 from conformance.signoff.evidence import VERSIONS_FILE
 from conformance.signoff.fingerprint import FINGERPRINT_KEY, fingerprint
@@ -108,7 +110,7 @@ def sidecar_document(
 ) -> dict[str, Any]:
     """A sidecar as the report plugin writes it (override any field with ``changes``)."""
     document: dict[str, Any] = {
-        "format": "mla-conformance-run/1",
+        "format": SIDECAR_FORMAT,
         "backend": backend,
         "shard": None if shard is None else str(shard),
         "junit": junit_name(backend, shard),

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from conformance.harness.expectations import Expectation
+from conformance.runs.expectations import Expectation
 from conformance.signoff.classify import classify, stale_expectations, unavailable_reason
 from conformance.signoff.completeness import check_completeness
 from conformance.signoff.integrity import FIGURED_TEST, integrity_issues

@@ -10,7 +10,7 @@ import pytest
 
 from conformance.ci import installer, sessions
 from conformance.ci.sessions import SessionArgumentError, check_arguments
-from conformance.harness.sharding import Shard
+from conformance.runs.names import Shard
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 

@@ -8,15 +8,8 @@ from pathlib import Path
 import pytest
 
 from conformance.harness import gpu_pinning
-from conformance.harness.sharding import (
-    Shard,
-    junit_name,
-    parse_junit_name,
-    parse_shard,
-    select_for_shard,
-    shard_index_of,
-    sidecar_path,
-)
+from conformance.runs.names import Shard, junit_name, parse_junit_name, parse_shard, sidecar_path
+from conformance.runs.shards import select_for_shard, shard_index_of
 from conformance.signoff.synthetic import node_ids
 
 IDS = node_ids("metadata", 40) + node_ids("stubs", 25) + node_ids("persistent", 35)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.signoff.atomic import atomic_write_text
+from conformance.runs.atomic import atomic_write_text
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.model import Status, Verdict
 from conformance.signoff.synthetic import (

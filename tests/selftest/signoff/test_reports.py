@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 
+from conformance.runs.atomic import atomic_write_text
 from conformance.signoff import cli
 from conformance.signoff import evidence as evidence_module
-from conformance.signoff.atomic import atomic_write_text
 from conformance.signoff.collect import collect_ids, parse_collect_output
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.errors import SignoffInputError

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from backends import registry
-from conformance.harness import provenance
+from conformance.runs import provenance
 
 
 def test_a_gpu_backend_of_any_name_records_the_gpu(monkeypatch) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.harness.expectations import (
+from conformance.runs.expectations import (
     DEFAULT_EXPECTATIONS_DIR,
     ExpectationFileError,
     id_matches,

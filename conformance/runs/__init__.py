@@ -1,0 +1,14 @@
+"""The run contract: what a conformance run leaves in ``reports/junit/`` and how it is read.
+
+Below the pytest harness, the sign-off and the CI generators, which all take it from here:
+
+- `names`: JUnit and sidecar file names, shards, the partial-run directory;
+- `shards`: which tests belong to which shard (hash rule, or recorded durations);
+- `sidecar`: the sidecar's format, its machine facts, its atomic write and seal;
+- `expectations`: per-backend expectation files (``conformance/expectations/``);
+- `provenance`: the machine and software facts a run records;
+- `environment`: the environment variables a run reads;
+- `atomic`: atomic file writes.
+"""
+
+from __future__ import annotations
