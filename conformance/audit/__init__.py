@@ -8,19 +8,14 @@ returns an `AuditReport`; the command line is `conformance.audit.cli`
 
 from __future__ import annotations
 
+from conformance.audit.api import audit_construction, audit_stubs, find_construction_sites
 from conformance.audit.config import Config, ConfigError, load_config
-from conformance.audit.construction import (
-    ConstructionSite,
-    TreeParseError,
-    audit_construction,
-    find_construction_sites,
-)
+from conformance.audit.construction import ConstructionSite, TreeParseError
 from conformance.audit.engine import AUDITS, run_audit
 from conformance.audit.findings import RULES, Finding, Problem
 from conformance.audit.loader import Options
 from conformance.audit.protocol import LayerProtocol, ProtocolFileError, load_protocol_file
 from conformance.audit.report import AuditReport
-from conformance.audit.stubs import audit_stubs
 from conformance.audit.tree import AuditPathError
 
 __all__ = [

@@ -275,33 +275,6 @@ def definition_findings(index: Index, defs: Definitions, first_path: str) -> lis
     return findings
 
 
-def find_construction_sites(
-    root: Any, *, exclude: Any = (), strict: bool = True
-) -> list[ConstructionSite]:
-    """Every construction site under `root` (a path or several), bound to its definition.
-
-    With `strict`, a tree with named problems raises `TreeParseError`.
-    """
-    from conformance.audit.config import Config
-    from conformance.audit.engine import build_index
-    from conformance.audit.loader import Options
-
-    paths = [root] if isinstance(root, (str, bytes)) or hasattr(root, "__fspath__") else list(root)
-    index, problems = build_index(paths, Config(exclude=tuple(exclude)), Options(jobs=1))
-    if strict and problems:
-        raise TreeParseError(problems)
-    defs = Definitions(index)
-    return [site for _, _, _, site in iter_sites(index, defs)]
-
-
-def audit_construction(root: Any, *, exclude: Any = ()) -> list[Finding]:
-    """The construction findings (all severities, noqa applied) under `root`."""
-    from conformance.audit.engine import run_audit
-
-    paths = [root] if isinstance(root, (str, bytes)) or hasattr(root, "__fspath__") else list(root)
-    return run_audit(paths, audits=("construction",), exclude=exclude).findings
-
-
 class TreeParseError(ValueError):
     """A strict caller's tree holds named problems (unparsable or unreadable files)."""
 

@@ -222,14 +222,3 @@ class StubJudge:
             f"(__init__ never runs; {target.name}'s methods set them)"
         )
         return [self._finding(number, shape, "STUB004", message, missing)]
-
-
-def audit_stubs(
-    root: Any, protocol: LayerProtocol | None = None, *, exclude: Any = ()
-) -> list[Finding]:
-    """The stub findings (all severities, noqa applied) under `root`; with `protocol`,
-    every layer stub is judged against it."""
-    from conformance.audit.engine import run_audit
-
-    paths = [root] if isinstance(root, str) or hasattr(root, "__fspath__") else list(root)
-    return run_audit(paths, audits=("stubs",), protocol=protocol, exclude=exclude).findings

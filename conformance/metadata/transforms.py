@@ -8,12 +8,24 @@ not know raises at once, so adding a field to the record forces a decision here.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar
 
 import torch
 
-if TYPE_CHECKING:  # the record imports this module for `unpadded`; no runtime import back
-    from conformance.metadata.record import CommonAttentionMetadata
+
+class _Record(Protocol):
+    """What the transformations read of a `CommonAttentionMetadata` (the record imports this
+    module for its `unpadded`, so this module never imports the record)."""
+
+    query_start_loc: torch.Tensor
+    query_start_loc_cpu: torch.Tensor
+    num_reqs: int
+    num_actual_tokens: int
+    dcp_local_seq_lens: Any
+
+
+CommonAttentionMetadata = TypeVar("CommonAttentionMetadata", bound=_Record)
+"""A `conformance.metadata.CommonAttentionMetadata` (each transformation returns its type)."""
 
 # How each field follows a slice of requests/tokens.
 PER_REQUEST_FIELDS: tuple[str, ...] = (
@@ -48,7 +60,7 @@ _LENGTH_FIELDS = ("seq_lens", "seq_lens_cpu_upper_bound", "_seq_lens_cpu")
 
 def _check_known_fields(cam: CommonAttentionMetadata) -> None:
     known = {*PER_REQUEST_FIELDS, *PER_TOKEN_FIELDS, *COPIED_FIELDS, *RECOMPUTED_FIELDS}
-    unknown = [f.name for f in dataclasses.fields(cam) if f.name not in known]
+    unknown = [f.name for f in dataclasses.fields(cam) if f.name not in known]  # type: ignore[arg-type]
     if unknown:
         raise TypeError(
             f"conformance.metadata.transforms does not know CommonAttentionMetadata field(s) "
@@ -113,7 +125,7 @@ def slice_requests(
     dropped = DROPPED_ON_PURPOSE.get(transform, {})
     for name in dropped:
         values[name] = None
-    return dataclasses.replace(
+    return dataclasses.replace(  # type: ignore[type-var]
         cam,
         query_start_loc=new_qsl.to(cam.query_start_loc.device),
         query_start_loc_cpu=new_qsl,

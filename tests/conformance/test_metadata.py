@@ -267,7 +267,7 @@ def test_seq_lens_cpu_is_deprecated():
 
 
 def _construction_sites() -> list:
-    from conformance.audit.construction import find_construction_sites
+    from conformance.audit.api import find_construction_sites
 
     return find_construction_sites(REPO)
 
@@ -345,7 +345,7 @@ def test_construction_site_output_builds_as_prefill(site, backend, make_builder)
 
 
 def test_construction_audit_is_clean_on_this_repository():
-    from conformance.audit.construction import audit_construction
+    from conformance.audit.api import audit_construction
 
     findings = audit_construction(REPO)
     assert not findings, "\n".join(f.to_text() for f in findings)
