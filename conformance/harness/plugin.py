@@ -1,52 +1,83 @@
 """The suite's pytest plugin: backend selection, availability gating, JUnit properties.
 
-Loaded with ``-p conformance.harness.plugin`` (pyproject's addopts). The backend comes from
-``--backend NAME`` or ``MLA_CONFORMANCE_BACKEND``; test bodies never name one.
+Loaded with ``-p conformance.harness.plugin`` (pyproject's addopts); it loads the report plugin
+(`conformance.harness.reporting`). The backend comes from ``--backend NAME``, else
+``MLA_CONFORMANCE_BACKEND``, else ``cpu``: `chosen_backend` resolves it once per session into
+``config.stash[BACKEND_KEY]``, which every other part of the harness reads. Test bodies never
+name a backend.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from backends.base import Availability, Backend
+from conformance.runs.environment import BACKEND_VARIABLE, DEFAULT_BACKEND
 from conformance.targets import declared
 
-BACKEND_ENV = "MLA_CONFORMANCE_BACKEND"
-CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "tests" / "conformance"
+if TYPE_CHECKING:
+    from backends.base import Availability, Backend
 
-backend_name_key = pytest.StashKey[str]()
-availability_key = pytest.StashKey[Availability]()
+# The report plugin (sharding, expectations, sidecars) adds options of its own: registered
+# with this plugin, before the command line is parsed.
+pytest_plugins = ["conformance.harness.reporting"]
+
+CONFORMANCE_TESTS = Path("tests") / "conformance"
+"""Where the shared conformance set lives, relative to the repository (or a copy of it)."""
+
+BACKEND_KEY = pytest.StashKey[str]()
+"""The backend under test, resolved once (`chosen_backend`)."""
+backend_name_key = BACKEND_KEY  # the name this key had before
+availability_key = pytest.StashKey["Availability"]()
 
 
-def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
-    # The report plugin (sharding, expectations, sidecars) adds options of its own, so it
-    # must be registered before the command line is parsed.
-    from conformance.harness import reporting as report_plugin
+def chosen_backend(config: pytest.Config) -> str:
+    """The backend under test: ``--backend``, else ``$MLA_CONFORMANCE_BACKEND``, else ``cpu``;
+    resolved on the first call and kept in ``config.stash`` for every later one."""
+    if BACKEND_KEY not in config.stash:
+        try:
+            value = config.getoption("backend")
+        except ValueError:  # this plugin's options are not registered (the report plugin alone)
+            value = None
+        config.stash[BACKEND_KEY] = str(
+            value or os.environ.get(BACKEND_VARIABLE) or DEFAULT_BACKEND
+        )
+    return config.stash[BACKEND_KEY]
 
-    if not pluginmanager.is_registered(report_plugin):
-        pluginmanager.register(report_plugin, "mla-report")
+
+def is_conformance_test(path: Path | str) -> bool:
+    """Whether a test file belongs to the shared conformance set (``tests/conformance/test_*``)."""
+    path = Path(path)
+    return (
+        path.stem.startswith("test_")
+        and path.parent.name == CONFORMANCE_TESTS.name
+        and path.parent.parent.name == CONFORMANCE_TESTS.parent.name
+    )
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mla-conformance", "MLA conformance suite")
     group.addoption(
         "--backend",
-        default=os.environ.get(BACKEND_ENV, "cpu"),
-        help=f"backend under test (default: ${BACKEND_ENV} or 'cpu')",
+        default=None,
+        help=f"backend under test (default: ${BACKEND_VARIABLE} or '{DEFAULT_BACKEND}')",
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    name = config.getoption("backend")
+    name = chosen_backend(config)
     target = declared(name)
     # Before any test module imports the backend (Triton reads TRITON_INTERPRET once).
     for variable, value in (target.environment if target is not None else {}).items():
         os.environ.setdefault(variable, value)
-    config.stash[backend_name_key] = name
     config.stash[availability_key] = _availability(name)
 
 
 def _availability(name: str) -> Availability:
+    from backends.base import Availability
     from backends.registry import get_backend
 
     try:
@@ -62,7 +93,7 @@ def _availability(name: str) -> Availability:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    name = config.stash[backend_name_key]
+    name = chosen_backend(config)
     avail = config.stash[availability_key]
     state = "available" if avail.available else f"UNAVAILABLE ({avail.reason})"
     lines = [f"mla-conformance backend: {name} [{state}]"]
@@ -74,16 +105,16 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def family_of(item: pytest.Item) -> str | None:
     """The conformance family of a test: its module's ``CONFORMANCE_FAMILY``, else its name
-    minus ``test_``."""
-    path = Path(str(item.path)).resolve()
-    if path.parent != CONFORMANCE_DIR or not path.stem.startswith("test_"):
+    minus ``test_``; None for a test outside the conformance set."""
+    path = Path(str(item.path))
+    if not is_conformance_test(path):
         return None
     module = getattr(item, "module", None)
     return getattr(module, "CONFORMANCE_FAMILY", None) or path.stem.removeprefix("test_")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    name = config.stash[backend_name_key]
+    name = chosen_backend(config)
     avail = config.stash[availability_key]
     skip = pytest.mark.skip(reason=f"backend {name} unavailable: {avail.reason}")
     for item in items:
@@ -100,7 +131,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def backend_name(pytestconfig: pytest.Config) -> str:
     """Name of the backend under test."""
-    return pytestconfig.stash[backend_name_key]
+    return chosen_backend(pytestconfig)
 
 
 @pytest.fixture(scope="session")
@@ -108,4 +139,4 @@ def backend(pytestconfig: pytest.Config) -> Backend:
     """The backend under test (tests are skipped before this runs if it is unavailable)."""
     from backends.registry import get_backend
 
-    return get_backend(pytestconfig.stash[backend_name_key])
+    return get_backend(chosen_backend(pytestconfig))

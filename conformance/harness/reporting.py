@@ -38,6 +38,7 @@ import pytest
 
 from conformance.harness import gpu_pinning, sidecar
 from conformance.harness.archive import archive_superseded
+from conformance.harness.plugin import is_conformance_test
 from conformance.harness.run_state import (
     STATE_KEY,
     RunState,
@@ -76,11 +77,6 @@ def _device_runtime_initialised() -> bool:
         return bool(torch is not None and torch.cuda.is_initialized())
     except Exception:  # an odd torch build: assume the worst
         return True
-
-
-def _is_conformance_item(item: pytest.Item) -> bool:
-    parent = Path(item.path).parent
-    return parent.name == "conformance" and parent.parent.name == "tests"
 
 
 def _terminal_line(config: pytest.Config, text: str) -> None:
@@ -210,7 +206,7 @@ def pytest_collection_modifyitems(
 
 def _apply_expectations(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash[STATE_KEY]
-    conformance_items = [item for item in items if _is_conformance_item(item)]
+    conformance_items = [item for item in items if is_conformance_test(item.path)]
     state.conformance_collected = bool(conformance_items)
     if not conformance_items:
         return

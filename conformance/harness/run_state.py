@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 
+from conformance.harness.plugin import chosen_backend
 from conformance.runs.names import Shard
-
-DEFAULT_BACKEND = "cpu"
-BACKEND_ENVIRONMENT_VARIABLE = "MLA_CONFORMANCE_BACKEND"
 
 
 def now() -> str:
@@ -54,12 +52,8 @@ def is_worker(config: pytest.Config) -> bool:
 
 
 def backend_name(config: pytest.Config) -> str:
-    """``--backend``, else ``$MLA_CONFORMANCE_BACKEND``, else ``cpu``."""
-    try:
-        value = config.getoption("backend")
-    except ValueError:  # conformance.harness.plugin (which adds --backend) is not loaded
-        value = None
-    return str(value or os.environ.get(BACKEND_ENVIRONMENT_VARIABLE) or DEFAULT_BACKEND)
+    """The backend under test, as the conformance plugin resolved it (`chosen_backend`)."""
+    return chosen_backend(config)
 
 
 def junit_path(config: pytest.Config) -> Path | None:

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from conformance.harness.plugin import CONFORMANCE_TESTS
 from conformance.runs.names import PARTIAL_DIR, partial_junit_path
 
 __all__ = ["PARTIAL_DIR", "partial_junit_path", "partial_reason"]
-
-CONFORMANCE_DIR = Path("tests") / "conformance"
 
 
 def _covers_conformance(arg: str, root: Path, invocation_dir: Path) -> bool:
@@ -26,7 +25,7 @@ def _covers_conformance(arg: str, root: Path, invocation_dir: Path) -> bool:
         return False
     path = Path(arg)
     path = (path if path.is_absolute() else invocation_dir / path).resolve()
-    target = (root / CONFORMANCE_DIR).resolve()
+    target = (root / CONFORMANCE_TESTS).resolve()
     return path == target or path in target.parents
 
 

@@ -14,6 +14,7 @@ from backends import registry
 from backends.base import Backend, BuilderConfig, DecodeMetadata, KVCacheSpec, MetadataBuilder
 from conformance.goldens import Golden, GoldenCase, GoldenStore, load_golden
 from conformance.goldens.assertions import Capabilities
+from conformance.harness.plugin import chosen_backend
 from conformance.metadata.dims import DEEPSEEK_R1, ModelConfig
 from conformance.stubs.protocol import MLAAttentionLayer
 
@@ -99,7 +100,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     manifest = GoldenStore().read_manifest()
     cases = [GoldenCase.from_json(entry.case) for entry in manifest.entries.values()]
     try:
-        backend = registry.get_backend(metafunc.config.getoption("backend"))
+        backend = registry.get_backend(chosen_backend(metafunc.config))
     except Exception:  # unknown or broken backend: the plugin reports it
         backend = None
     if backend is not None and backend.tiny_cases_only:

@@ -47,7 +47,7 @@ def test_every_module_has_a_floor(graph: dict[str, set[str]]) -> None:
 def test_the_graph_sees_the_suite(graph: dict[str, set[str]]) -> None:
     """The reader finds real arrows, function-level ones included."""
     assert "conformance.targets" in graph["backends.registry"]
-    assert "conformance.harness.reporting" in graph["conformance.harness.plugin"]  # in a function
+    assert "backends.registry" in graph["conformance.harness.plugin"]  # in a function
     assert "conformance.runs.names" in graph["conformance.signoff.discovery"]
 
 
