@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from conformance.runs.expectations import (
     DEFAULT_EXPECTATIONS_DIR,
     EXPECTATION_KINDS,
@@ -16,6 +18,13 @@ from conformance.runs.expectations import (
     match_expectation,
     parse_expectations,
     stale_entries,
+)
+
+warnings.warn(
+    "conformance.harness.expectations moved to conformance.runs.expectations; "
+    "the old path is removed in the next release",
+    DeprecationWarning,
+    stacklevel=2,
 )
 
 __all__ = [

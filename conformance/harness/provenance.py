@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from conformance.runs.provenance import (
     GIT_COMMIT_ENV,
     TRACKED_PACKAGES,
@@ -12,6 +14,13 @@ from conformance.runs.provenance import (
     package_versions,
     run_facts,
     torch_build,
+)
+
+warnings.warn(
+    "conformance.harness.provenance moved to conformance.runs.provenance; "
+    "the old path is removed in the next release",
+    DeprecationWarning,
+    stacklevel=2,
 )
 
 __all__ = [

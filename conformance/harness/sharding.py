@@ -3,6 +3,8 @@ tests belong to a shard); these names stay here for one release."""
 
 from __future__ import annotations
 
+import warnings
+
 from conformance.runs.names import (
     PARTIAL_DIR,
     Shard,
@@ -18,6 +20,13 @@ from conformance.runs.shards import (
     load_durations,
     select_for_shard,
     shard_index_of,
+)
+
+warnings.warn(
+    "conformance.harness.sharding moved to conformance.runs.names / conformance.runs.shards; "
+    "the old path is removed in the next release",
+    DeprecationWarning,
+    stacklevel=2,
 )
 
 __all__ = [

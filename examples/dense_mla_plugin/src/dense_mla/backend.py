@@ -11,9 +11,15 @@ from typing import ClassVar
 
 import torch
 
-from backends.base import Availability, Backend, DecodeMetadata, DecodeScales, MetadataBuilder
-from backends.common import PlanFreeBuilder
-from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
+from backends.api import (
+    MLA_BUILDER_LAYER_PROTOCOL,
+    Availability,
+    Backend,
+    DecodeMetadata,
+    DecodeScales,
+    MetadataBuilder,
+    PlanFreeBuilder,
+)
 
 KV_LORA_RANK = 512  # the output row: the latent part of each cache row
 
