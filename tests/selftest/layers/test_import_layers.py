@@ -65,58 +65,37 @@ def _tree(root: Path, files: dict[str, str]) -> dict[str, set[str]]:
     return graph_module.import_graph(root, packages)
 
 
-def test_a_module_circle_through_a_function_level_import_is_rejected(tmp_path: Path) -> None:
-    graph = _tree(
-        tmp_path,
-        {
-            "low/__init__.py": "",
-            "low/a.py": "from low.b import f\n",
-            "low/b.py": "def f():\n    from low import a\n    return a\n",
-        },
-    )
-    assert graph_module.cycles(graph) == [["low.a", "low.b"]]
+@pytest.mark.parametrize(
+    "back",
+    [
+        "def f():\n    from low import a\n    return a\n",  # a function-level import
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from low.a import X\n"
+        "def f(): ...\n",  # a type-checking import
+    ],
+)
+def test_a_module_circle_is_rejected_however_it_imports(tmp_path: Path, back: str) -> None:
+    files = {"low/__init__.py": "", "low/a.py": "from low.b import f\n", "low/b.py": back}
+    assert graph_module.cycles(_tree(tmp_path, files)) == [["low.a", "low.b"]]
 
 
-def test_a_circle_under_type_checking_is_rejected(tmp_path: Path) -> None:
-    graph = _tree(
-        tmp_path,
-        {
-            "low/__init__.py": "",
-            "low/a.py": "from low.b import f\n",
-            "low/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-            "    from low.a import X\ndef f(): ...\n",
-        },
-    )
-    assert graph_module.cycles(graph) == [["low.a", "low.b"]]
+# mid_a.one -> mid_b.two -> mid_a.three: no module circle, but a package circle
+PACKAGE_CIRCLE = {"mid_a/__init__.py": "", "mid_a/one.py": "from mid_b.two import g\n",
+                  "mid_b/__init__.py": "", "mid_b/two.py": "def g():\n    import mid_a.three\n",
+                  "mid_a/three.py": ""}  # fmt: skip
+# low -> top (up), mid_a -> mid_b (peers that may not), mid_a -> low and top -> mid_a (down)
+WRONG_WAY = {"low/__init__.py": "from top import tool\n", "mid_b/__init__.py": "import low\n",
+             "mid_a/__init__.py": "from .. import low\nfrom mid_b import x\n",
+             "top/__init__.py": "", "top/tool.py": "import mid_a\n"}  # fmt: skip
 
 
 def test_a_package_circle_is_rejected(tmp_path: Path) -> None:
-    graph = _tree(
-        tmp_path,
-        {
-            "mid_a/__init__.py": "",
-            "mid_a/one.py": "from mid_b.two import g\n",
-            "mid_b/__init__.py": "",
-            "mid_b/two.py": "def g():\n    import mid_a.three\n",
-            "mid_a/three.py": "",
-        },
-    )
-    assert graph_module.cycles(graph) == []  # no module circle...
+    graph = _tree(tmp_path, PACKAGE_CIRCLE)
+    assert graph_module.cycles(graph) == []
     assert graph_module.cycles(graph_module.package_graph(graph, LAYERS)) == [["mid_a", "mid_b"]]
 
 
 def test_an_arrow_back_up_and_one_between_peers_are_rejected(tmp_path: Path) -> None:
-    graph = _tree(
-        tmp_path,
-        {
-            "low/__init__.py": "from top import tool\n",
-            "mid_a/__init__.py": "from .. import low\nfrom mid_b import x\n",
-            "mid_b/__init__.py": "import low\n",
-            "top/__init__.py": "",
-            "top/tool.py": "import mid_a\n",
-        },
-    )
-    assert graph_module.upward_arrows(graph, LAYERS) == [
+    assert graph_module.upward_arrows(_tree(tmp_path, WRONG_WAY), LAYERS) == [
         "low -> top (low imports top.tool)",
         "mid_a -> mid_b (mid_a imports mid_b)",
     ]
