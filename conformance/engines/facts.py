@@ -140,7 +140,7 @@ def dumps(facts: EngineFacts) -> str:
 
 def write_facts(path: Path, facts: EngineFacts) -> None:
     """Write a facts file atomically (an older file at `path` is replaced whole or not at all)."""
-    from conformance.signoff.atomic import atomic_write_text
+    from conformance.runs.atomic import atomic_write_text
 
     atomic_write_text(path, dumps(facts))
 

@@ -33,6 +33,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer(("kernels",)),
     Layer(("backends",)),
     Layer(("conformance.runs",)),
+    Layer(("conformance.engines",)),
     Layer(
         (
             "conformance.harness",
