@@ -115,8 +115,9 @@ class StaticView:
 
 
 def known_backends(view: BackendView, expectations_dir: Path) -> set[str]:
-    """Built-in names, the registry's names, and every backend with an expectation file."""
-    names = set(DEFAULT_BACKENDS) | set(view.registered())
+    """Declared targets (`conformance.targets`), the registry's names, and every backend with
+    an expectation file."""
+    names = set(DEFAULT_BACKENDS) | set(BUILTIN_TARGETS) | set(view.registered())
     if expectations_dir.is_dir():
         names.update(path.stem for path in expectations_dir.glob("*.txt"))
     return names

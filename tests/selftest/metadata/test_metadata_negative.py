@@ -16,6 +16,7 @@ import torch
 from backends import common, registry
 from backends.base import MetadataBuilder, PrefillMetadata
 from backends.cpu import CpuReferenceBackend, CpuReferenceBuilder
+from conformance.audit import api as audit_api
 from conformance.audit import construction
 from conformance.errors import MetadataError
 from conformance.metadata import batch, paging, transforms
@@ -113,13 +114,13 @@ def test_new_cam_field_fails_the_pinned_field_set(pytester, monkeypatch):
 
 
 def test_unexercised_construction_site_fails_family_a(pytester, monkeypatch):
-    real = construction.find_construction_sites
+    real = audit_api.find_construction_sites
 
     def with_an_unexercised_site(*args, **kwargs) -> list[construction.ConstructionSite]:
         sites = real(*args, **kwargs)
         return [*sites, dataclasses.replace(sites[0], qualname="rogue_factory")]
 
-    monkeypatch.setattr(construction, "find_construction_sites", with_an_unexercised_site)
+    monkeypatch.setattr(audit_api, "find_construction_sites", with_an_unexercised_site)
     family_a_fails(
         pytester,
         "every_construction_site_is_exercised",
@@ -139,9 +140,9 @@ def test_construction_site_missing_a_field_fails_family_a(pytester, monkeypatch,
         + "".join(f"        {name}=required[{name!r}],\n" for name in metadata.REQUIRED_FIELDS)
         + "    )\n"
     )
-    real = construction.audit_construction
+    real = audit_api.audit_construction
     monkeypatch.setattr(
-        construction,
+        audit_api,
         "audit_construction",
         # The record's definition and a consumer (the MLA builder) travel with the tree.
         lambda *a, **k: [*real(*a, **k), *real([tmp_path, metadata.__file__, MLA_BUILDER])],
