@@ -109,6 +109,7 @@ def sidecar_document(
     **changes: Any,
 ) -> dict[str, Any]:
     """A sidecar as the report plugin writes it (override any field with ``changes``)."""
+    kind = BUILTIN_DEVICE_KINDS.get(backend, "cpu")
     document: dict[str, Any] = {
         "format": SIDECAR_FORMAT,
         "backend": backend,
@@ -124,8 +125,8 @@ def sidecar_document(
         "filtered_out": 0,
         "available": True,
         "availability_reason": "",
-        "device": "Synthetic CPU" if backend not in ("cuda", "rocm") else "Synthetic GPU",
-        "device_kind": BUILTIN_DEVICE_KINDS.get(backend, "cpu"),
+        "device": "Synthetic CPU" if kind == "cpu" else "Synthetic GPU",
+        "device_kind": kind,
         "versions": {"torch": "2.13.0", "triton": "3.9.0", "aiter": None},
         "python": "3.11.7",
         "hostname": "synthetic",
