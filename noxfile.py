@@ -34,12 +34,11 @@ sys.path.insert(0, str(ROOT))
 from conformance.ci import installer, sessions  # noqa: E402
 from conformance.harness.plugins_env import install_plugins  # noqa: E402
 from conformance.runs.environment import BACKEND_VARIABLE, gpu_count  # noqa: E402
-from conformance.runs.names import junit_name  # noqa: E402
+from conformance.runs.names import JUNIT_DIR, junit_name  # noqa: E402
 from conformance.runs.shards import DURATIONS_FILE  # noqa: E402
 from conformance.targets import (  # noqa: E402
     BACKEND,
     BUILTIN_TARGETS,
-    DEVICE_KINDS,
     Target,
     default_names,
 )
@@ -49,7 +48,6 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = [*default_names(), "signoff"]
 
-JUNIT_DIR = Path("reports") / "junit"
 CPU, GPU, TESTS, LINT = (f"requirements/{name}.txt" for name in ("cpu", "gpu", "tests", "lint"))
 GPU_SESSION = {"venv_params": ["--system-site-packages"]}
 
@@ -146,8 +144,8 @@ def _conformance(session: nox.Session, target: Target, backend: str, junit: str)
     pytest's exit code 5 (nothing selected) fails the session like any other failure.
     """
     path = JUNIT_DIR / junit
-    kind = sessions.run_device_kind(backend, target.name)
-    threads = {} if DEVICE_KINDS[kind].is_gpu else {"OMP_NUM_THREADS": "1"}
+    run = sessions.run_target(backend, target)
+    threads = {} if run.device.is_gpu else {"OMP_NUM_THREADS": "1"}
     paths = [] if sessions.has_test_paths(session.posargs, ROOT) else ["tests/conformance"]
     started = time.time() - 1
     session.run(
@@ -156,9 +154,9 @@ def _conformance(session: nox.Session, target: Target, backend: str, junit: str)
         f"--junitxml={path.as_posix()}",  # relative: no machine path in the sidecar
         "-o", f"junit_suite_name=mla-{backend}",
         "-p", "no:cacheprovider",
-        *sessions.worker_args(kind, session.posargs, _gpus(kind)),
+        *sessions.worker_args(run.device_kind, session.posargs, _gpus(run.device_kind)),
         *session.posargs,
-        env={BACKEND_VARIABLE: backend, **threads, **target.environment},
+        env={BACKEND_VARIABLE: backend, **threads, **run.environment},
     )  # fmt: skip
     outcome = sessions.run_outcome(ROOT / path, started)
     selection = str((outcome or {}).get("selection", "full"))

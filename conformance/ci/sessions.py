@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conformance.runs.environment import gpu_count
 from conformance.runs.names import Shard, junit_name, parse_shard, partial_junit_path, sidecar_path
-from conformance.targets import DEFAULT_DEVICE_KIND, DEVICE_KINDS, device_kind_of
+from conformance.targets import DEVICE_KINDS, Target, declared
 
 # pytest options of the suite's sessions that take a separate value (``-k EXPR``).
 VALUE_OPTIONS = frozenset(
@@ -81,11 +81,10 @@ def worker_args(device_kind: str, posargs: Sequence[str], gpus: int) -> list[str
     return ["-n", str(gpus)] if gpus > 1 else []
 
 
-def run_device_kind(backend: str, session_backend: str) -> str:
-    """The device kind a session's run uses: the chosen backend's declared kind, else (a
-    plug-in the nox process cannot see) the kind of the session's own backend."""
-    fallback = device_kind_of(session_backend, load_plugins=False) or DEFAULT_DEVICE_KIND
-    return device_kind_of(backend, load_plugins=False, default=fallback) or fallback
+def run_target(backend: str, session_target: Target) -> Target:
+    """Whose declaration a session's run follows (device kind, environment): the chosen
+    backend's, else (a plug-in the nox process cannot see) the session's own target's."""
+    return declared(backend, load_plugins=False) or session_target
 
 
 def run_outcome(junit: Path, since: float) -> dict[str, object] | None:

@@ -76,6 +76,8 @@ def test_cpu_backends_are_never_pinned(backend: str, monkeypatch: pytest.MonkeyP
 
 
 def test_a_plug_in_the_nox_process_cannot_see_runs_on_its_session_s_kind() -> None:
-    assert sessions.run_device_kind("unseen_plugin", "cuda") == "cuda"
-    assert sessions.run_device_kind("unseen_plugin", "cpu") == "cpu"
-    assert sessions.run_device_kind("flashinfer", "cpu") == "cuda"
+    cpu, cuda = targets.BUILTIN_TARGETS["cpu"], targets.BUILTIN_TARGETS["cuda"]
+    assert sessions.run_target("unseen_plugin", cuda).device_kind == "cuda"
+    assert sessions.run_target("unseen_plugin", cpu).device_kind == "cpu"
+    assert sessions.run_target("flashinfer", cpu).device_kind == "cuda"
+    assert sessions.run_target("interpret", cpu).environment == {"TRITON_INTERPRET": "1"}
