@@ -24,6 +24,7 @@ from conformance.numerics.masking import (
     QUERY_LEN,
     make_masking_batch,
     masking_problems,
+    worst_errors,
 )
 from conformance.stubs.protocol import MLAAttentionLayer
 
@@ -69,6 +70,8 @@ def test_no_token_outside_the_causal_window_reaches_the_output(
         q_scale=batch.q_scale,
         kv_scale=batch.kv_scale,
     )
+    for name, value in worst_errors(batch, out, lse).items():
+        record_errors(f"masking_{name}", value)
     record_errors("masking_lse_bound", batch.lse_bound)
     record_errors("masking_out_bound", batch.out_bound)
     problems = masking_problems(batch, out, lse)
