@@ -202,11 +202,13 @@ def masking_problems(batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor) 
         lse_err = float((got_lse - batch.expected_lse[r]).abs().max())
         if not lse_err <= batch.lse_bound:
             worst = float(got_lse[(got_lse - batch.expected_lse[r]).abs().argmax()])
+            seen = int(batch.visible[r])
+            fewer = math.log(seen - 1) if seen > 1 else -math.inf
             problems.append(
-                f"{where}: lse {worst:.4f}, exact ln({int(batch.visible[r])}) = "
-                f"{float(batch.expected_lse[r]):.4f} (bound ±{batch.lse_bound:.4f}; a leaked "
-                f"sentinel gives >= {batch.sentinel_score:.1f}, one token hidden too many "
-                f"gives ln({int(batch.visible[r]) - 1}))"
+                f"{where}: lse {worst:.4f}, exact ln({seen}) = "
+                f"{float(batch.expected_lse[r]):.4f} (bound ±{batch.lse_bound:.4f}): a leaked "
+                f"sentinel makes it {batch.sentinel_score:.2f} or more, one token hidden too "
+                f"many ln({seen - 1}) = {fewer:.4f}"
             )
         out_err = float((out[r] - batch.expected_out[r]).abs().max())
         if not out_err <= batch.out_bound:

@@ -161,8 +161,8 @@ def test_the_plugin_as_documented_passes(pytester, monkeypatch):
 @pytest.mark.parametrize(
     ("broken", "says"),
     [
-        (MaskOneTooWide, "a leaked sentinel gives"),
-        (MaskOneTooNarrow, "one token hidden too many gives ln(0)"),
+        (MaskOneTooWide, "lse 42.6667, exact ln(18) = 2.8904 (bound ±0.0127): a leaked"),
+        (MaskOneTooNarrow, "lse -inf, exact ln(1) = 0.0000 *one token hidden too many ln(0)"),
         (ReadsWholePages, "output off the mean of its visible values"),
     ],
     ids=["one-too-wide", "one-too-narrow", "whole-pages"],
@@ -221,4 +221,4 @@ def test_the_cpu_reference_with_a_broken_mask_fails(pytester, monkeypatch, name,
     monkeypatch.setattr(plan_exec, name, patched)
     result = run(pytester, "cpu", "-k", "masking")
     assert failed(result, MASKING_TEST) == PAIRS
-    result.stdout.fnmatch_lines(["*a leaked sentinel gives >= *"])
+    result.stdout.fnmatch_lines(["*: a leaked sentinel makes it 42.67 or more, *"])
