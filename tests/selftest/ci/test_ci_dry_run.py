@@ -12,7 +12,6 @@ must be caught. ``actionlint`` checks the workflow where it is installed.
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import io
 import itertools
@@ -43,14 +42,15 @@ VENV_SETUP = f"python3 -m venv {VENV} --system-site-packages"
 
 
 def nox_sessions() -> set[str]:
-    """Names of every ``@nox.session`` function of the noxfile."""
-    tree = ast.parse((REPO / "noxfile.py").read_text())
-    return {
-        node.name
-        for node in tree.body
-        if isinstance(node, ast.FunctionDef)
-        and any("nox.session" in ast.unparse(d) for d in node.decorator_list)
-    }
+    """Names of every session the noxfile registers (the generated backend sessions too)."""
+    script = (
+        "import json, runpy, nox.registry; runpy.run_path('noxfile.py'); "
+        "print(json.dumps(sorted(nox.registry.get())))"
+    )
+    listed = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    return set(json.loads(listed.stdout))
 
 
 def nox_listing() -> list[dict[str, Any]]:
