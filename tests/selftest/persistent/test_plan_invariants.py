@@ -217,6 +217,14 @@ def test_wrong_q_range_is_rejected_by_i3() -> None:
     assert "I3" in ids(violations(plan, EXAMPLE_3))
 
 
+def test_work_outside_every_batch_is_rejected_by_i3() -> None:
+    plan = plan_persistent_decode(**EXAMPLE_1)
+    set_work(plan, 2, batch_idx=3)  # batch 1's only work names a fourth batch of three
+    found = [v for v in violations(plan, EXAMPLE_1) if v.invariant == "I3"]
+    assert found and found[0].work == 2 and found[0].fields == ("batch_idx",)
+    assert "batch_idx=3 outside 0..2" in found[0].message
+
+
 def test_over_budget_program_is_rejected_by_i11() -> None:
     plan = plan_persistent_decode(**EXAMPLE_1)
     # Program 0 takes all of batch 0 (63 blocks + 2 overheads) in two works.
