@@ -33,9 +33,7 @@ def negative_controls() -> dict[str, list[str]]:
             if not isinstance(node, ast.FunctionDef) or match is None:
                 continue
             invariant = match.group(1).upper()
-            literals = {
-                n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and n.value
-            }
+            literals = {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and n.value}
             if invariant in literals:
                 found.setdefault(invariant, []).append(f"{path.name}::{node.name}")
     return found
