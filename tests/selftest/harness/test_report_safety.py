@@ -140,6 +140,25 @@ def test_shards_balance_by_recorded_durations(project: pytest.Pytester) -> None:
     assert sorted(selected[0] + selected[1]) == sorted(durations)
 
 
+def test_shards_run_the_ids_the_durations_file_lacks(project: pytest.Pytester) -> None:
+    """A durations file older than the tests (test_heavy and two cases not in it) still
+    gives every collected test to one shard."""
+    pytest.importorskip("pytest_split")
+    module = "tests/conformance/test_metadata.py"
+    durations = {f"{module}::test_case[{n}]": 1.0 for n in range(4)}
+    durations[f"{module}::test_removed"] = 3.0
+    (project.path / ".test_durations").write_text(json.dumps(durations))
+    selected = []
+    for index in (1, 2):
+        junit = f"reports/junit/cpu-shard-{index}-of-2.xml"
+        assert run(project, f"--shard={index}/2", f"--junitxml={junit}").ret == 0
+        sidecar = json.loads((project.path / junit.replace(".xml", ".meta.json")).read_text())
+        assert sidecar["shard_algorithm"] == "durations"
+        selected.extend(sidecar["selected_ids"])
+    everything = [f"{module}::test_case[{n}]" for n in range(6)] + [f"{module}::test_heavy"]
+    assert sorted(selected) == sorted(everything)
+
+
 def test_without_durations_shards_fall_back_to_the_hash(project: pytest.Pytester) -> None:
     result = run(project, "--shard=1/2", "--junitxml=reports/junit/cpu-shard-1-of-2.xml")
     assert result.ret == 0
