@@ -17,7 +17,8 @@ from conformance.harness.sharding import (
     shard_index_of,
     sidecar_path,
 )
-from conformance.signoff.synthetic import node_ids
+
+from synthetic_reports import node_ids
 
 IDS = node_ids("metadata", 40) + node_ids("stubs", 25) + node_ids("persistent", 35)
 
