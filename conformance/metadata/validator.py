@@ -4,8 +4,7 @@ A violation raises `MetadataError` naming the field (with the request or index w
 is at fault), what was expected and what was found. The rules (code, check, one line of
 doc) run in the table's order and the first broken one raises; docs/validator.md lists
 them. V1-V20 live in `conformance.metadata.record_rules`, the paging rules V21-V26 in
-`conformance.metadata.paging`. The record interface is vLLM's `CommonAttentionMetadata`
-(`vllm/v1/attention/backends/utils.py`).
+`conformance.metadata.paging`.
 """
 
 from __future__ import annotations

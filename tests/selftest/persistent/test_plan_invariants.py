@@ -1,6 +1,6 @@
-"""Negative controls of the plan invariants (research note §2.9): broken plans are rejected.
+"""Negative controls of the plan invariants (docs/planner.md): broken plans are rejected.
 
-Each test breaks a correct plan (the worked examples of §2.3) the way a buggy planner
+Each test breaks a correct plan (docs/planner.md's worked examples) the way a buggy planner
 would and asserts `check_plan` names the right invariant, the work or tile and the fields.
 """
 
