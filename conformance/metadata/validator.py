@@ -9,9 +9,6 @@ them. V1-V20 live in `conformance.metadata.record_rules`, the paging rules V21-V
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
 
 from conformance.metadata import paging
@@ -20,20 +17,12 @@ from conformance.metadata.checked import Checked
 from conformance.metadata.paging import PAD_SLOT_ID
 from conformance.metadata.record import CommonAttentionMetadata
 from conformance.metadata.record_rules import TENSOR_FIELDS
+from conformance.rule_table import Rule
 
 __all__ = ["PAD_SLOT_ID", "RULES", "TENSOR_FIELDS", "Rule", "validate"]
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One rule of `validate`: its code, the check that raises on a breach, one line of doc."""
-
-    code: str
-    check: Callable[[Checked], None]
-    doc: str
-
-
-RULES: tuple[Rule, ...] = (
+RULES: tuple[Rule[Checked], ...] = (
     # fields and types
     Rule(
         "V1",
@@ -168,7 +157,7 @@ RULES: tuple[Rule, ...] = (
         "prefix).",
     ),
 )
-"""Every rule of `validate`, in the order they run."""
+"""Every rule of `validate`, in the order they run; each check raises `MetadataError`."""
 
 
 def validate(

@@ -9,8 +9,7 @@ I3-I6, I10 in `invariants_tiles`; I7-I9 in `invariants_reduce`. docs/planner.md 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -34,7 +33,8 @@ from conformance.persistent.invariants_tiles import (
     check_i10_masked_rows,
 )
 from conformance.persistent.plan import WorkPlan
-from conformance.persistent.plan_state import Findings, PlanState, PlanViolation, ints
+from conformance.persistent.plan_state import PlanState, PlanViolation, ints
+from conformance.rule_table import Rule
 
 __all__ = [
     "INVARIANTS",
@@ -46,14 +46,8 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Invariant:
-    """One plan invariant: its id, the check that finds its violations, one line of doc."""
-
-    id: str
-    check: Callable[[PlanState], Findings]
-    doc: str
-
+Invariant = Rule[PlanState]
+"""A plan invariant: its id, the check that yields its violations (`Findings`), its doc."""
 
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant(
@@ -187,7 +181,7 @@ def check_plan(
         **{key: plan.params.get(key) if value is None else value for key, value in given.items()},
     )
     return [
-        PlanViolation(invariant.id, *finding)
+        PlanViolation(invariant.code, *finding)
         for invariant in INVARIANTS
         for finding in invariant.check(state)
     ]

@@ -8,9 +8,6 @@ docs/validator.md lists each code once, in the table's order, with the table's l
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -19,9 +16,10 @@ from conformance.metadata import corpus
 from conformance.metadata.checked import Checked
 from conformance.metadata.validator import RULES, validate
 
+from doc_lists import listed_rules
+
 pytestmark = pytest.mark.selftest
 
-DOC = Path(__file__).parents[3] / "docs" / "validator.md"
 TENSORS = (
     "_seq_lens_cpu",
     "block_table_tensor",
@@ -93,14 +91,6 @@ def _named(case: str) -> bool:
     return False
 
 
-def documented() -> list[tuple[str, str]]:
-    """(code, line of doc) of each numbered rule in docs/validator.md's "Rules" section."""
-    text = DOC.read_text(encoding="utf-8")
-    section = text.split("\n## Rules\n", 1)[1].split("\n## ", 1)[0]
-    rules = re.findall(r"^\d+\. \*\*(V\d+)\*\* (.*?)(?=^\d+\. |^\s*$)", section, re.M | re.S)
-    return [(code, " ".join(doc.split())) for code, doc in rules]
-
-
 def test_codes_are_unique_and_numbered_in_order() -> None:
     assert [rule.code for rule in RULES] == [f"V{i}" for i in range(1, len(RULES) + 1)]
 
@@ -119,7 +109,7 @@ def test_dropping_a_rule_lets_its_controls_through(code: str, swap_rule) -> None
 
 
 def test_docs_list_exactly_the_table() -> None:
-    assert documented() == [(rule.code, rule.doc) for rule in RULES]
+    assert listed_rules("validator.md", "Rules") == [(rule.code, rule.doc) for rule in RULES]
 
 
 def _offsets(*values: int) -> dict[str, torch.Tensor]:

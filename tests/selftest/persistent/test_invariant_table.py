@@ -15,11 +15,11 @@ import pytest
 
 from conformance.persistent.invariants import INVARIANTS
 
+from doc_lists import listed_rules
+
 pytestmark = pytest.mark.selftest
 
 HERE = Path(__file__).parent
-ROOT = HERE.parents[2]
-DOC = ROOT / "docs" / "planner.md"
 CONTROL = re.compile(r"^test_\w+_rejected_by_(i\d+)$")
 
 
@@ -39,28 +39,20 @@ def negative_controls() -> dict[str, list[str]]:
     return found
 
 
-def documented() -> list[tuple[str, str]]:
-    """(id, line of doc) of each bullet in the docs' "Plan invariants" section."""
-    text = DOC.read_text(encoding="utf-8")
-    section = text.split("## Plan invariants", 1)[1].split("\n## ", 1)[0]
-    bullets = re.findall(r"^- \*\*(I\d+)\*\* (.*?)(?=^- |^\s*$)", section, re.M | re.S)
-    return [(ident, " ".join(doc.split())) for ident, doc in bullets]
-
-
 def test_ids_are_unique_and_checks_named_after_them() -> None:
-    ids = [invariant.id for invariant in INVARIANTS]
+    ids = [invariant.code for invariant in INVARIANTS]
     assert len(set(ids)) == len(ids), ids
     for invariant in INVARIANTS:
-        assert invariant.check.__name__.startswith(f"check_{invariant.id.lower()}_"), invariant
+        assert invariant.check.__name__.startswith(f"check_{invariant.code.lower()}_"), invariant
 
 
 def test_every_invariant_has_a_negative_control() -> None:
     controls = negative_controls()
-    ids = [invariant.id for invariant in INVARIANTS]
+    ids = [invariant.code for invariant in INVARIANTS]
     assert [i for i in ids if not controls.get(i)] == [], controls
     assert sorted(set(controls) - set(ids)) == [], "controls of ids the table does not hold"
 
 
 def test_docs_list_exactly_the_table() -> None:
-    table = [(invariant.id, invariant.doc) for invariant in INVARIANTS]
-    assert documented() == table
+    table = [(invariant.code, invariant.doc) for invariant in INVARIANTS]
+    assert listed_rules("planner.md", "Plan invariants") == table
