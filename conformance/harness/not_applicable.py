@@ -69,7 +69,8 @@ def pytest_runtest_makereport(
     """Tag the harness's not-applicable skips; turn anyone else's into unexplained skips."""
     report = yield
     reason = skip_reason(report)
-    if reason is None or not reason.startswith(NOT_APPLICABLE):
+    conformance = item.get_closest_marker("family") is not None
+    if not conformance or reason is None or not reason.startswith(NOT_APPLICABLE):
         return report
     if reason == item.stash.get(REASON_KEY, None):
         item.user_properties.append(SUITE_PROPERTY)
