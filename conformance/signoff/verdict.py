@@ -9,8 +9,13 @@ Backend status, first rule that applies:
    since, or that records no file hashes; its other disagreements are listed with it.
 4. ``INCOMPLETE``: a file is unreadable or missing, the claims of its reports disagree
    (`conformance.signoff.integrity`), ids are missing or duplicated, the run was cut short or
-   partly selected, a skip or xfail is not explained by the expectation file, or no test passed.
-5. ``PASS``. NOT APPLICABLE tests (``not applicable: <why>``) count neither way.
+   partly selected, a test is reported not applicable where the backend's declaration does
+   not rule it out, a skip or xfail is not explained by the expectation file, or no test
+   passed.
+5. ``PASS``. NOT APPLICABLE tests (``not applicable: <why>``, exactly as
+   `conformance.applicability` derives it from the declaration) count neither way.
+
+Each reason carries the code of the sign-off check behind it (`conformance.signoff.checks`).
 
 Verdict: ``FAIL`` if any backend failed; else ``INCOMPLETE`` if any backend is incomplete, a
 required backend did not run or is stale, or a file belongs to no known backend; else ``PASS``.
@@ -21,10 +26,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
+from conformance.applicability import Declaration
 from conformance.harness.expectations import Expectation
-from conformance.signoff.classify import classify, stale_expectations, unavailable_reason
+from conformance.signoff.classify import (
+    classify,
+    not_applicable_issues,
+    stale_expectations,
+    unavailable_reason,
+)
 from conformance.signoff.completeness import check_completeness
 from conformance.signoff.integrity import FIGURED_TEST, integrity_issues
+from conformance.signoff.issue import code_of, coded
 from conformance.signoff.model import (
     BackendInput,
     BackendResult,
@@ -53,8 +65,13 @@ def evaluate_backend(
     collected: Sequence[str] | None = None,
     availability_reason: str | None = None,
     expected_kind: str | None = None,
+    declaration: Declaration | None = None,
 ) -> BackendResult:
-    """Classify, check completeness and decide the status of one backend."""
+    """Classify, check completeness and decide the status of one backend.
+
+    ``declaration`` is what the backend declares: every not-applicable skip must follow
+    from it (`conformance.applicability`).
+    """
     backend = backend_input.backend
     if not backend_input.has_input:
         reason = availability_reason or "no reports found"
@@ -62,10 +79,17 @@ def evaluate_backend(
             backend, Status.NOT_RUN, required, reason, backend_input, [], None, [], [], []
         )
     raw_cases = [case for run in backend_input.runs for case in run.cases]
-    cases, warnings = classify(raw_cases, backend=backend, expectations=expectations)
+    cases, warnings = classify(
+        raw_cases, backend=backend, expectations=expectations, declaration=declaration
+    )
     completeness = check_completeness(backend_input, collected=collected)
     integrity = integrity_issues(backend_input, expected_kind=expected_kind, collected=collected)
-    issues = [*backend_input.problems, *integrity, *completeness.issues]
+    issues: list[str] = [
+        *coded("SIGN001", backend_input.problems),
+        *coded("SIGN002", integrity),
+        *completeness.issues,
+        *not_applicable_issues(cases, backend),
+    ]
     known_ids = {case.node_id for case in cases}
     if collected is not None:
         known_ids.update(collected)
@@ -76,18 +100,19 @@ def evaluate_backend(
     counts = outcome_counts(cases)
     bad = counts[Outcome.FAILED.value] + counts[Outcome.ERROR.value]
     unexplained = counts[Outcome.SKIPPED.value] + counts[Outcome.UNAVAILABLE.value]
+    code: str | None = None
     if cases and counts[Outcome.UNAVAILABLE.value] == len(cases) and not backend_input.problems:
         status = Status.NOT_RUN
         reason = unavailable_reason(backend, cases[0].message) or "backend unavailable"
     elif bad:
-        status, reason = Status.FAIL, _summary(counts)
+        status, reason, code = Status.FAIL, _summary(counts), "SIGN010"
     elif backend_input.stale and not backend_input.problems:  # re-make it: that fixes the rest
-        status, reason = Status.STALE, stale_reason(backend_input)
+        status, reason, code = Status.STALE, stale_reason(backend_input), "SIGN011"
     elif issues:
         more = f" (+{len(issues) - 1} more)" if len(issues) > 1 else ""
-        status, reason = Status.INCOMPLETE, issues[0] + more
+        status, reason, code = Status.INCOMPLETE, issues[0] + more, code_of(issues[0])
     elif unexplained:
-        status = Status.INCOMPLETE
+        status, code = Status.INCOMPLETE, "SIGN012"
         first = next(c for c in cases if c.outcome in (Outcome.SKIPPED, Outcome.UNAVAILABLE))
         reason = (
             f"{unexplained} unexplained skips or xfails (first: {first.node_id}: "
@@ -95,11 +120,12 @@ def evaluate_backend(
             f"conformance/expectations/{backend}.txt"
         )
     elif not cases:
-        status, reason = Status.INCOMPLETE, "the reports hold no tests"
+        status, reason, code = Status.INCOMPLETE, "the reports hold no tests", "SIGN013"
     elif not counts[Outcome.PASSED.value]:
         status, reason = Status.INCOMPLETE, f"no test passed ({_summary(counts)})"
+        code = "SIGN013"
     elif _numerics_never_ran(cases):
-        status = Status.INCOMPLETE
+        status, code = Status.INCOMPLETE, "SIGN014"
         reason = (
             "the numerics contract did not run: no golden decode comparison passed "
             f"({_summary(outcome_counts(c for c in cases if f'::{FIGURED_TEST}' in c.node_id))}); "
@@ -120,6 +146,7 @@ def evaluate_backend(
         issues,
         warnings,
         stale,
+        code=code,
     )
 
 
