@@ -24,7 +24,8 @@ required backend did not run or is stale, or a file belongs to no known backend;
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from conformance.applicability import Declaration
 from conformance.harness.expectations import Expectation
@@ -36,7 +37,7 @@ from conformance.signoff.classify import (
 )
 from conformance.signoff.completeness import check_completeness
 from conformance.signoff.integrity import FIGURED_TEST, integrity_issues
-from conformance.signoff.issue import code_of, coded
+from conformance.signoff.issue import Issue, code_of, coded
 from conformance.signoff.model import (
     BackendInput,
     BackendResult,
@@ -97,42 +98,18 @@ def evaluate_backend(
         if run.sidecar is not None:
             known_ids.update(run.sidecar.get("collected_ids") or ())
     stale = stale_expectations(expectations, known_ids) if known_ids else []
-    counts = outcome_counts(cases)
-    bad = counts[Outcome.FAILED.value] + counts[Outcome.ERROR.value]
-    unexplained = counts[Outcome.SKIPPED.value] + counts[Outcome.UNAVAILABLE.value]
+    judged = Judged(backend_input, cases, outcome_counts(cases), issues)
     code: str | None = None
-    if cases and counts[Outcome.UNAVAILABLE.value] == len(cases) and not backend_input.problems:
+    if cases and judged.count(Outcome.UNAVAILABLE) == len(cases) and not backend_input.problems:
         status = Status.NOT_RUN
         reason = unavailable_reason(backend, cases[0].message) or "backend unavailable"
-    elif bad:
-        status, reason, code = Status.FAIL, _summary(counts), "SIGN010"
-    elif backend_input.stale and not backend_input.problems:  # re-make it: that fixes the rest
-        status, reason, code = Status.STALE, stale_reason(backend_input), "SIGN011"
-    elif issues:
-        more = f" (+{len(issues) - 1} more)" if len(issues) > 1 else ""
-        status, reason, code = Status.INCOMPLETE, issues[0] + more, code_of(issues[0])
-    elif unexplained:
-        status, code = Status.INCOMPLETE, "SIGN012"
-        first = next(c for c in cases if c.outcome in (Outcome.SKIPPED, Outcome.UNAVAILABLE))
-        reason = (
-            f"{unexplained} unexplained skips or xfails (first: {first.node_id}: "
-            f"{first.message[:200]}): fix them or list them with a reason in "
-            f"conformance/expectations/{backend}.txt"
-        )
-    elif not cases:
-        status, reason, code = Status.INCOMPLETE, "the reports hold no tests", "SIGN013"
-    elif not counts[Outcome.PASSED.value]:
-        status, reason = Status.INCOMPLETE, f"no test passed ({_summary(counts)})"
-        code = "SIGN013"
-    elif _numerics_never_ran(cases):
-        status, code = Status.INCOMPLETE, "SIGN014"
-        reason = (
-            "the numerics contract did not run: no golden decode comparison passed "
-            f"({_summary(outcome_counts(c for c in cases if f'::{FIGURED_TEST}' in c.node_id))}); "
-            "check the backend's declared q_dtypes and kv_dtypes"
-        )
     else:
-        status, reason = Status.PASS, _summary(counts)
+        status, reason = Status.PASS, _summary(judged.counts)
+        for check, check_status in STATUS_CHECKS:
+            found = check(judged)
+            if found is not None:
+                status, reason, code = check_status, found, code_of(found)
+                break
     if backend_input.stale and status != Status.STALE:
         warnings.append(stale_reason(backend_input))
     return BackendResult(
@@ -150,10 +127,87 @@ def evaluate_backend(
     )
 
 
-def _numerics_never_ran(cases: Sequence[CaseResult]) -> bool:
-    """Golden decode comparisons were reported, and not one passed (all not applicable, say)."""
-    numerics = [case for case in cases if f"::{FIGURED_TEST}" in case.node_id]
-    return bool(numerics) and not any(case.outcome is Outcome.PASSED for case in numerics)
+@dataclass
+class Judged:
+    """What the status checks of one backend read."""
+
+    input: BackendInput
+    cases: list[CaseResult]
+    counts: dict[str, int]
+    issues: list[str]  # coded: unreadable files, integrity, completeness, not applicable
+
+    def count(self, *outcomes: Outcome) -> int:
+        """How many cases had one of ``outcomes``."""
+        return sum(self.counts[outcome.value] for outcome in outcomes)
+
+
+def failed(judged: Judged) -> Issue | None:
+    """A test failed or errored (SIGN010)."""
+    if judged.count(Outcome.FAILED, Outcome.ERROR):
+        return Issue("SIGN010", _summary(judged.counts))
+    return None
+
+
+def stale(judged: Judged) -> Issue | None:
+    """The evidence was made from files that have changed since (SIGN011)."""
+    if judged.input.stale and not judged.input.problems:  # re-make it: that fixes the rest
+        return Issue("SIGN011", stale_reason(judged.input))
+    return None
+
+
+def first_issue(judged: Judged) -> Issue | None:
+    """The first coded issue, counting the others (the issue's own code)."""
+    if not judged.issues:
+        return None
+    first, more = judged.issues[0], len(judged.issues) - 1
+    return Issue(code_of(first) or "SIGN001", first + (f" (+{more} more)" if more else ""))
+
+
+def unexplained(judged: Judged) -> Issue | None:
+    """A skip or xfail nothing explains (SIGN012)."""
+    count = judged.count(Outcome.SKIPPED, Outcome.UNAVAILABLE)
+    if not count:
+        return None
+    first = next(c for c in judged.cases if c.outcome in (Outcome.SKIPPED, Outcome.UNAVAILABLE))
+    return Issue(
+        "SIGN012",
+        f"{count} unexplained skips or xfails (first: {first.node_id}: "
+        f"{first.message[:200]}): fix them or list them with a reason in "
+        f"conformance/expectations/{judged.input.backend}.txt",
+    )
+
+
+def nothing_passed(judged: Judged) -> Issue | None:
+    """The reports hold no tests, or not one passed (SIGN013)."""
+    if not judged.cases:
+        return Issue("SIGN013", "the reports hold no tests")
+    if not judged.count(Outcome.PASSED):
+        return Issue("SIGN013", f"no test passed ({_summary(judged.counts)})")
+    return None
+
+
+def numerics_never_ran(judged: Judged) -> Issue | None:
+    """Golden decode comparisons were reported and not one passed (SIGN014)."""
+    numerics = [case for case in judged.cases if f"::{FIGURED_TEST}" in case.node_id]
+    if not numerics or any(case.outcome is Outcome.PASSED for case in numerics):
+        return None
+    return Issue(
+        "SIGN014",
+        "the numerics contract did not run: no golden decode comparison passed "
+        f"({_summary(outcome_counts(numerics))}); check the backend's declared q_dtypes and "
+        "kv_dtypes",
+    )
+
+
+STATUS_CHECKS: tuple[tuple[Callable[[Judged], Issue | None], Status], ...] = (
+    (failed, Status.FAIL),
+    (stale, Status.STALE),
+    (first_issue, Status.INCOMPLETE),
+    (unexplained, Status.INCOMPLETE),
+    (nothing_passed, Status.INCOMPLETE),
+    (numerics_never_ran, Status.INCOMPLETE),
+)
+"""A backend's status: the first check that finds something, in this order (else PASS)."""
 
 
 def stale_reason(backend_input: BackendInput) -> str:
