@@ -103,7 +103,8 @@ def _required(
     return backend_order(ran), "the backends that ran (backends.registry cannot tell)"
 
 
-def _expectations(backend: str, directory: Path, errors: list[str]) -> list[Expectation]:
+def expectations_of(backend: str, directory: Path, errors: list[str]) -> list[Expectation]:
+    """The backend's expectation entries; an unreadable file is an error (SIGN018)."""
     try:
         return load_expectations(expectations_path(backend, directory))
     except ExpectationFileError as error:
@@ -111,12 +112,13 @@ def _expectations(backend: str, directory: Path, errors: list[str]) -> list[Expe
         return []
 
 
-def _blocking(results: Sequence[BackendResult], errors: Sequence[str]) -> list[str]:
+def blocking_reasons(results: Sequence[BackendResult], errors: Sequence[str]) -> list[str]:
+    """Why the verdict is not PASS, one coded line each (a required backend not run: SIGN015)."""
     lines: list[str] = []
     for result in results:
         if result.status in (Status.FAIL, Status.INCOMPLETE):
             line = f"{result.backend}: {result.status.value}: {result.reason}"
-            lines.append(Issue(result.code or "SIGN020", line))
+            lines.append(Issue(result.code, line) if result.code else line)
         elif result.required and result.status in (Status.NOT_RUN, Status.STALE):
             what = "not run" if result.status == Status.NOT_RUN else "stale"
             line = f"{result.backend}: required but {what}: {result.reason}"
@@ -124,7 +126,7 @@ def _blocking(results: Sequence[BackendResult], errors: Sequence[str]) -> list[s
     return lines + list(errors)
 
 
-def _judge(
+def judge(
     backend_input: BackendInput,
     options: SignoffOptions,
     *,
@@ -193,10 +195,10 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
                 collected = collector(backend)
             except SignoffInputError as error:
                 errors.append(Issue("SIGN019", str(error)))
-        results[backend] = _judge(
+        results[backend] = judge(
             backend_input,
             options,
-            expectations=_expectations(backend, options.expectations_dir, errors),
+            expectations=expectations_of(backend, options.expectations_dir, errors),
             collected=collected,
         )
     required, required_source = _required(options, results, known)
@@ -217,7 +219,7 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
         backends=results,
         errors=errors,
         warnings=warnings,
-        blocking=_blocking(list(results.values()), errors),
+        blocking=blocking_reasons(list(results.values()), errors),
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         reports_dir=options.reports_dir,
         root=options.root,
