@@ -16,6 +16,7 @@ from conformance.signoff import (
     classify,
     collect,
     completeness,
+    declared,
     discovery,
     engine,
     evidence,
@@ -68,5 +69,10 @@ CHECKS: Mapping[str, Check] = {
         Check("SIGN018", engine.expectations_of, "an expectation file cannot be read"),
         Check("SIGN019", collect.collect_ids, "the expected ids could not be collected"),
         Check("SIGN020", engine.judge, "a backend's reports could not be judged"),
+        Check(
+            "SIGN021",
+            declared.declaration_issues,
+            "runs recorded different declarations, or one other than the class's",
+        ),
     )
 }

@@ -31,7 +31,7 @@ from conformance.harness.expectations import (
     stale_entries,
 )
 from conformance.signoff.issue import Issue
-from conformance.signoff.model import CaseResult, Outcome, RunReport
+from conformance.signoff.model import CaseResult, Outcome
 
 XPASS_STRICT_PREFIX = "[XPASS(strict)]"
 NOT_APPLICABLE_PREFIX = NOT_APPLICABLE
@@ -94,18 +94,6 @@ def not_applicable_issues(cases: Sequence[CaseResult], backend: str) -> list[Iss
             f"rule out (first: {first.node_id}: {first.message.removeprefix(UNDERIVED)})",
         )
     ]
-
-
-def declaration_of(
-    backend: str, runs: Sequence[RunReport], registered: Declaration | None
-) -> Declaration | None:
-    """What ``backend`` declares: as its first sidecar records it, else ``registered`` (the
-    class, where it loads)."""
-    for run in runs:
-        recorded = Declaration.from_json(backend, (run.sidecar or {}).get("declaration"))
-        if recorded is not None:
-            return recorded
-    return registered
 
 
 def unavailable_prefix(backend: str) -> str:

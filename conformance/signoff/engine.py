@@ -18,7 +18,6 @@ from conformance.harness.expectations import (
 from conformance.signoff import machine
 from conformance.signoff.atomic import atomic_write_bytes
 from conformance.signoff.baseline import load_baseline
-from conformance.signoff.classify import declaration_of
 from conformance.signoff.collect import collect_ids
 from conformance.signoff.discovery import discover
 from conformance.signoff.errors import SignoffInputError
@@ -145,9 +144,7 @@ def judge(
             if backend_input.has_input
             else options.backends.unavailable_reason(backend),
             expected_kind=options.backends.device_kind(backend),
-            declaration=declaration_of(
-                backend, backend_input.runs, options.backends.declaration(backend)
-            ),
+            declaration=options.backends.declaration(backend),
         )
     except (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as error:
         files = ", ".join(run.path.name for run in backend_input.runs) or "its reports"

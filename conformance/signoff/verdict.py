@@ -36,6 +36,7 @@ from conformance.signoff.classify import (
     unavailable_reason,
 )
 from conformance.signoff.completeness import check_completeness
+from conformance.signoff.declared import declaration_issues, declaration_of
 from conformance.signoff.integrity import FIGURED_TEST, integrity_issues
 from conformance.signoff.issue import Issue, code_of, coded
 from conformance.signoff.model import (
@@ -70,8 +71,9 @@ def evaluate_backend(
 ) -> BackendResult:
     """Classify, check completeness and decide the status of one backend.
 
-    ``declaration`` is what the backend declares: every not-applicable skip must follow
-    from it (`conformance.applicability`).
+    ``declaration`` is what the backend class declares here (None: it cannot be loaded); the
+    runs' recorded declaration comes first (`conformance.signoff.declared`), and every
+    not-applicable skip must follow from it (`conformance.applicability`).
     """
     backend = backend_input.backend
     if not backend_input.has_input:
@@ -80,8 +82,9 @@ def evaluate_backend(
             backend, Status.NOT_RUN, required, reason, backend_input, [], None, [], [], []
         )
     raw_cases = [case for run in backend_input.runs for case in run.cases]
+    declared = declaration_of(backend, backend_input.runs, declaration)
     cases, warnings = classify(
-        raw_cases, backend=backend, expectations=expectations, declaration=declaration
+        raw_cases, backend=backend, expectations=expectations, declaration=declared
     )
     completeness = check_completeness(backend_input, collected=collected)
     integrity = integrity_issues(backend_input, expected_kind=expected_kind, collected=collected)
@@ -89,6 +92,7 @@ def evaluate_backend(
         *coded("SIGN001", backend_input.problems),
         *coded("SIGN002", integrity),
         *completeness.issues,
+        *declaration_issues(backend, backend_input.runs, declaration),
         *not_applicable_issues(cases, backend),
     ]
     known_ids = {case.node_id for case in cases}

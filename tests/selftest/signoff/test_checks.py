@@ -212,6 +212,12 @@ def unjudgeable_reports(reports: Path) -> dict:
     return signoff_document(run_signoff(options(reports, backends=view)))
 
 
+def declaration_changed_since_the_run(reports: Path) -> dict:
+    write_backend(junit(reports), "cpu", IDS)
+    edit_sidecar(sidecar(reports), declaration=BF16_ONLY.to_json())
+    return sign(reports, declaration=TAKES_ALL)
+
+
 CONTROLS: dict[str, Callable[[Path], dict]] = {
     "SIGN001": unreadable_report,
     "SIGN002": disagreeing_claims,
@@ -233,6 +239,7 @@ CONTROLS: dict[str, Callable[[Path], dict]] = {
     "SIGN018": broken_expectation_file,
     "SIGN019": failed_collection,
     "SIGN020": unjudgeable_reports,
+    "SIGN021": declaration_changed_since_the_run,
 }
 
 

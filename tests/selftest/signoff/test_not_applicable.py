@@ -89,11 +89,18 @@ def test_reasons_that_contradict_the_declaration_block(tmp_path: Path) -> None:
 
 
 def test_the_declaration_recorded_in_the_sidecar_decides(tmp_path: Path) -> None:
-    recorded = BF16_ONLY.to_json()
-    _write(tmp_path, _honest(BF16_ONLY), declaration=recorded)
-    assert _sign(tmp_path, TAKES_FP8_KV).backends["cpu"].status == Status.PASS
+    """Where the class cannot be loaded (a plug-in not installed here), the run's record."""
+    _write(tmp_path, _honest(BF16_ONLY), declaration=BF16_ONLY.to_json())
+    assert _sign(tmp_path, None).backends["cpu"].status == Status.PASS
     _write(tmp_path, _honest(BF16_ONLY), declaration=TAKES_FP8_KV.to_json())
-    assert _sign(tmp_path, BF16_ONLY).backends["cpu"].code == "SIGN009"
+    assert _sign(tmp_path, None).backends["cpu"].code == "SIGN009"
+
+
+def test_a_run_recording_another_declaration_than_the_class_blocks(tmp_path: Path) -> None:
+    _write(tmp_path, _honest(BF16_ONLY), declaration=BF16_ONLY.to_json())
+    cpu = _sign(tmp_path, TAKES_FP8_KV).backends["cpu"]
+    assert (cpu.status, cpu.code) == (Status.INCOMPLETE, "SIGN021")
+    assert BF16_ONLY.words() in cpu.reason and TAKES_FP8_KV.words() in cpu.reason
 
 
 def test_a_declaration_nobody_can_tell_leaves_no_claim_explained(tmp_path: Path) -> None:
