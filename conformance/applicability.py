@@ -153,29 +153,30 @@ def dtype_reason(declaration: Declaration, q_dtype: str, kv_dtype: str) -> str |
     return None
 
 
+def _known(case: CaseFacts | None) -> CaseFacts:
+    if case is None:
+        raise LookupError("the case is not in the case table")
+    return case
+
+
 def _plan(declaration: Declaration, case: CaseFacts | None) -> str | None:
     return plan_reason(declaration)
 
 
 def _dtypes(declaration: Declaration, case: CaseFacts | None) -> str | None:
-    if case is None:
-        raise LookupError("the case is not in the case table")
+    case = _known(case)
     return dtype_reason(declaration, case.q_dtype, case.kv_dtype)
 
 
 def _fp8_case(declaration: Declaration, case: CaseFacts | None) -> str | None:
-    if case is None:
-        raise LookupError("the case is not in the case table")
-    return (
-        None
-        if case.has_fp8
-        else f"{NOT_APPLICABLE}case {case.id} has neither an fp8 q nor an fp8 cache"
-    )
+    case = _known(case)
+    if case.has_fp8:
+        return None
+    return f"{NOT_APPLICABLE}case {case.id} has neither an fp8 q nor an fp8 cache"
 
 
 def _cam_case(declaration: Declaration, case: CaseFacts | None) -> str | None:
-    if case is None:
-        raise LookupError("the case is not in the case table")
+    case = _known(case)
     return (
         None
         if case.via_builder
@@ -220,7 +221,10 @@ def not_applicable(
     param = split_node_id(node_id)[2]
     case = table.get(param) if param is not None else None
     for rule in rules_of(node_id):
-        reason = rule(declaration, case)
+        try:
+            reason = rule(declaration, case)
+        except LookupError:
+            raise LookupError(f"{node_id}: the case {param!r} is not in the case table") from None
         if reason is not None:
             return reason
     return None

@@ -18,7 +18,7 @@ import torch
 from backends import registry
 from backends.base import DecodeMetadata, DecodeScales
 from backends.cpu import CpuReferenceBackend
-from conformance.applicability import Declaration, not_applicable
+from conformance.applicability import TEST_RULES, Declaration, not_applicable
 from conformance.harness.not_applicable import CLAIMED_ELSEWHERE
 from conformance.numerics.fp8 import is_fp8
 
@@ -102,3 +102,18 @@ def test_a_backend_opting_out_of_what_it_declares_gets_unexplained_skips(
         assert message.startswith(CLAIMED_ELSEWHERE), message
         assert Declaration.of(backend).words() in message
         assert "not_applicable" not in properties
+
+
+def test_every_rule_names_a_conformance_test_that_exists() -> None:
+    """A renamed test must not silently lose its rule (it would then run every case)."""
+    for key in TEST_RULES:
+        file_name, _, function = key.partition("::")
+        source = (NUMERICS.parent / file_name).read_text(encoding="utf-8")
+        assert not function or f"def {function}(" in source, key
+
+
+def test_a_rule_that_needs_an_unknown_case_says_which() -> None:
+    node_id = "tests/conformance/test_numerics.py::test_decode_matches_golden[no-such-case]"
+    with pytest.raises(LookupError, match="'no-such-case' is not in the case table"):
+        not_applicable(Declaration("cpu"), node_id)
+    assert not_applicable(Declaration("cpu"), "tests/conformance/test_metadata.py::test_x") is None
