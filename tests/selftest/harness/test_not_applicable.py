@@ -8,6 +8,8 @@ instead, naming its declaration.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import ClassVar
 from xml.etree import ElementTree
@@ -117,3 +119,8 @@ def test_a_rule_that_needs_an_unknown_case_says_which() -> None:
     with pytest.raises(LookupError, match="'no-such-case' is not in the case table"):
         not_applicable(Declaration("cpu"), node_id)
     assert not_applicable(Declaration("cpu"), "tests/conformance/test_metadata.py::test_x") is None
+
+
+def test_the_derivation_is_torch_free() -> None:
+    code = "import sys, conformance.applicability; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=NUMERICS.parents[2])
