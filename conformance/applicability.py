@@ -7,7 +7,8 @@ reason (nothing else may claim ``not applicable: ...``), and the sign-off re-der
 skip from the declaration and the test id; a claim it does not re-derive blocks.
 
 The dependencies of each test are the table `TEST_RULES`; the golden cases' dtypes come from
-``conformance/goldens/cases.json`` (fp8 is the arch's e4m3 flavour: e4m3fnuz on gfx942).
+``conformance/goldens/cases.json`` (fp8 is the arch's e4m3 flavour: e4m3fnuz on gfx942), those
+of a test run once per dtype pair from its parameter id (`dtype_pair_id`).
 """
 
 from __future__ import annotations
@@ -119,6 +120,19 @@ class CaseFacts:
         return self.q_dtype != "bf16" or self.kv_dtype != "bf16"
 
 
+def dtype_pair_id(q_dtype: Any, kv_dtype: Any) -> str:
+    """The parameter id of a test run once per q/KV dtype pair: ``q-bf16-kv-e4m3fn``."""
+    return f"q-{dtype_label(q_dtype)}-kv-{dtype_label(kv_dtype)}"
+
+
+def _pair_facts(param: str) -> CaseFacts | None:
+    """The dtypes of a `dtype_pair_id` (None for any other id)."""
+    q, kv_marker, kv = param.removeprefix("q-").partition("-kv-")
+    if not param.startswith("q-") or not kv_marker or not q or not kv:
+        return None
+    return CaseFacts(id=param, q_dtype=q, kv_dtype=kv)
+
+
 @cache
 def case_facts_table(path: Path = CASES_PATH) -> dict[str, CaseFacts]:
     """The golden cases by id (empty when the table cannot be read)."""
@@ -191,6 +205,7 @@ TEST_RULES: Mapping[str, tuple[Rule, ...]] = {
     "test_plan.py::test_decode_is_plan_invariant": (_plan, _cam_case),
     "test_numerics.py::test_decode_matches_golden": (_dtypes,),
     "test_numerics.py::test_poisoned_slots_never_reach_the_output": (_dtypes,),
+    "test_masking.py::test_no_token_outside_the_causal_window_reaches_the_output": (_dtypes,),
 }
 """The rules each conformance test (``file::function``, or a whole ``file``) is subject to,
 in the order they are asked; the first that gives a reason decides."""
@@ -214,12 +229,12 @@ def not_applicable(
 ) -> str | None:
     """Why the test ``node_id`` does not apply to ``declaration`` (None: it applies).
 
-    The case is the test's parameter id, looked up in ``cases`` (default: the case table).
-    Raises LookupError when a rule needs a case the table does not hold.
+    The case is the test's parameter id: a golden case of ``cases`` (default: the case
+    table), or a `dtype_pair_id`. Raises LookupError when a rule needs a case it cannot tell.
     """
     table = case_facts_table() if cases is None else cases
     param = split_node_id(node_id)[2]
-    case = table.get(param) if param is not None else None
+    case = None if param is None else table.get(param) or _pair_facts(param)
     for rule in rules_of(node_id):
         try:
             reason = rule(declaration, case)
