@@ -20,7 +20,7 @@ import torch
 from backends import registry
 from backends.base import DecodeMetadata, DecodeScales
 from backends.cpu import CpuReferenceBackend
-from conformance.applicability import TEST_RULES, Declaration, not_applicable
+from conformance.applicability import TEST_RULES, Declaration, dtype_pair_id, not_applicable
 from conformance.harness.not_applicable import CLAIMED_ELSEWHERE
 from conformance.numerics.fp8 import is_fp8
 
@@ -124,3 +124,13 @@ def test_a_rule_that_needs_an_unknown_case_says_which() -> None:
 def test_the_derivation_is_torch_free() -> None:
     code = "import sys, conformance.applicability; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=NUMERICS.parents[2])
+
+
+def test_a_dtype_pair_test_is_judged_by_its_parameter_id() -> None:
+    test = "tests/conformance/test_masking.py::"
+    test += "test_no_token_outside_the_causal_window_reaches_the_output"
+    fp8 = f"{test}[{dtype_pair_id(torch.float8_e4m3fn, torch.float8_e4m3fn)}]"
+    assert not_applicable(Declaration("cpu"), fp8) == (
+        "not applicable: cpu declares q_dtypes=(bf16), the case has q e4m3fn"
+    )
+    assert not_applicable(Declaration("cpu"), f"{test}[q-bf16-kv-bf16]") is None
