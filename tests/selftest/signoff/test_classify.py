@@ -11,7 +11,8 @@ from conformance.applicability import Declaration, case_facts_table
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.loading import family_of_node_id, node_id_from_junit
 from conformance.signoff.model import Outcome, Status, Verdict
-from conformance.signoff.synthetic import (
+
+from synthetic_reports import (
     SyntheticCase,
     junit_xml,
     node_ids,

@@ -14,7 +14,8 @@ from pathlib import Path
 from conformance.applicability import Declaration, case_facts_table, not_applicable
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.model import Outcome, Status, Verdict
-from conformance.signoff.synthetic import node_ids, offline_options, write_backend
+
+from synthetic_reports import node_ids, offline_options, write_backend
 
 IDS = node_ids("metadata", 4)
 CASES = case_facts_table()
