@@ -1,5 +1,7 @@
 """The sign-off's checks: code → the function that raises its issues → one line of doc.
 
+A table of `conformance.rule_table.Rule`, like the plan invariants and the validator's rules.
+
 Every issue the sign-off raises is an `Issue` carrying one of these codes, shown in
 ``signoff.md``/``.html`` as ``[SIGN007] ...`` and in ``signoff.json`` as the ``code`` of a
 backend's reason and the ``issue_codes``, ``blocking_codes`` and ``error_codes`` beside the
@@ -8,10 +10,10 @@ lists they code. ``docs/signoff.md`` lists the same codes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
+from conformance.rule_table import Rule
 from conformance.signoff import (
     classify,
     collect,
@@ -24,20 +26,10 @@ from conformance.signoff import (
     verdict,
 )
 
-
-@dataclass(frozen=True)
-class Check:
-    """One sign-off check: its code, the function that raises it, a one-line summary."""
-
-    code: str
-    check: Callable[..., Any]
-    summary: str
-
-
-CHECKS: Mapping[str, Check] = {
+CHECKS: Mapping[str, Rule[Any]] = {
     c.code: c
     for c in (
-        Check(
+        Rule(
             "SIGN001",
             discovery.discover,
             (
@@ -45,7 +37,7 @@ CHECKS: Mapping[str, Check] = {
                 "tool's, ...)"
             ),
         ),
-        Check(
+        Rule(
             "SIGN002",
             integrity.integrity_issues,
             (
@@ -53,37 +45,37 @@ CHECKS: Mapping[str, Check] = {
                 "collected ids, error figures)"
             ),
         ),
-        Check(
+        Rule(
             "SIGN003",
             completeness.shard_layout,
             "a shard file is missing, or files of different runs are mixed",
         ),
-        Check(
+        Rule(
             "SIGN004",
             completeness.run_documents,
             "a sidecar is missing, or describes an unfinished, filtered, partial or other run",
         ),
-        Check(
+        Rule(
             "SIGN005",
             completeness.expected_ids,
             "the runs of one backend collected different test sets",
         ),
-        Check(
+        Rule(
             "SIGN006",
             completeness.reported_ids,
             "a test id is reported by more than one file",
         ),
-        Check(
+        Rule(
             "SIGN007",
             completeness.missing_ids,
             "a collected test id is not reported (named with the file that should have)",
         ),
-        Check(
+        Rule(
             "SIGN008",
             completeness.unexpected_ids,
             "a reported test id was not collected, or nothing was collected",
         ),
-        Check(
+        Rule(
             "SIGN009",
             classify.not_applicable_issues,
             (
@@ -91,62 +83,62 @@ CHECKS: Mapping[str, Check] = {
                 "it out"
             ),
         ),
-        Check(
+        Rule(
             "SIGN010",
             verdict.failed,
             "a test failed or errored",
         ),
-        Check(
+        Rule(
             "SIGN011",
             verdict.stale,
             "evidence made from files that have changed since (or that records no hashes)",
         ),
-        Check(
+        Rule(
             "SIGN012",
             verdict.unexplained,
             "a skip or xfail the expectation file does not list",
         ),
-        Check(
+        Rule(
             "SIGN013",
             verdict.nothing_passed,
             "the reports hold no test, or not one passed",
         ),
-        Check(
+        Rule(
             "SIGN014",
             verdict.numerics_never_ran,
             "golden decode comparisons were reported and none passed",
         ),
-        Check(
+        Rule(
             "SIGN015",
             engine.blocking_reasons,
             "a required backend did not run",
         ),
-        Check(
+        Rule(
             "SIGN016",
             discovery.discover,
             "a report file belongs to no known backend",
         ),
-        Check(
+        Rule(
             "SIGN017",
             evidence.find_evidence,
             "an evidence directory cannot be used (a bad name or date)",
         ),
-        Check(
+        Rule(
             "SIGN018",
             engine.expectations_of,
             "an expectation file cannot be read",
         ),
-        Check(
+        Rule(
             "SIGN019",
             collect.collect_ids,
             "the expected ids could not be collected (`--collect`, `--release`)",
         ),
-        Check(
+        Rule(
             "SIGN020",
             engine.judge,
             "a backend's reports could not be judged (an unforeseen error on hostile input)",
         ),
-        Check(
+        Rule(
             "SIGN021",
             declared.declaration_issues,
             (
