@@ -4,7 +4,7 @@ Loaded with ``-p conformance.harness.plugin`` (pyproject's addopts); it loads th
 (`conformance.harness.reporting`). The backend comes from ``--backend NAME``, else
 ``MLA_CONFORMANCE_BACKEND``, else ``cpu``: `chosen_backend` resolves it once per session into
 ``config.stash[BACKEND_KEY]``, which every other part of the harness reads. Test bodies never
-name a backend.
+name a backend. Not-applicable skips come from here alone (`conformance.harness.not_applicable`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from conformance.harness import not_applicable
 from conformance.runs.environment import BACKEND_VARIABLE, DEFAULT_BACKEND
 from conformance.targets import declared
 
@@ -74,6 +75,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for variable, value in (target.environment if target is not None else {}).items():
         os.environ.setdefault(variable, value)
     config.stash[availability_key] = _availability(name)
+    config.stash[not_applicable.DECLARATION_KEY] = not_applicable.declaration_of(name)
+    if not config.pluginmanager.is_registered(not_applicable):
+        config.pluginmanager.register(not_applicable, "mla-not-applicable")
 
 
 def _availability(name: str) -> Availability:
@@ -117,6 +121,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     name = chosen_backend(config)
     avail = config.stash[availability_key]
     skip = pytest.mark.skip(reason=f"backend {name} unavailable: {avail.reason}")
+    declaration = config.stash[not_applicable.DECLARATION_KEY]
     for item in items:
         family = family_of(item)
         if family is None:
@@ -126,6 +131,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.user_properties.append(("family", family))
         if not avail.available:
             item.add_marker(skip)
+        elif declaration is not None:
+            not_applicable.mark(item, declaration)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,14 @@ class Layer:
 # Bottom to top, as README's Layout says. A package may import its own floor's peers only
 # where ``peers`` is set, and any floor below.
 LAYERS: tuple[Layer, ...] = (
-    Layer(("conformance.errors", "conformance.targets", "conformance.rule_table")),
+    Layer(
+        (
+            "conformance.errors",
+            "conformance.targets",
+            "conformance.rule_table",
+            "conformance.applicability",
+        )
+    ),
     Layer(
         (
             "conformance.metadata",

@@ -1,7 +1,8 @@
 """The rules a page of ``docs/`` lists, for the selftests that hold a rule table to its docs.
 
 A rule is listed as a bullet or a numbered item that starts with its bold code, followed by
-its one line of doc (which may wrap): ``- **I4** ...`` or ``10. **V10** ...``.
+its one line of doc (which may wrap): ``- **I4** ...``, ``10. **V10** ...`` or
+``- **SIGN001** ...``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-_ITEM = re.compile(r"^(?:-|\d+\.) \*\*([A-Z]\d+)\*\* (.*?)(?=^(?:-|\d+\.) |^\s*$)", re.M | re.S)
+_ITEM = re.compile(r"^(?:-|\d+\.) \*\*([A-Z]+\d+)\*\* (.*?)(?=^(?:-|\d+\.) |^\s*$)", re.M | re.S)
 
 
 def listed_rules(page: str, heading: str) -> list[tuple[str, str]]:
