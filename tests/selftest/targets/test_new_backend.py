@@ -114,7 +114,8 @@ def test_the_pytest_plugin_sets_its_environment(
     plugin = importlib.import_module("conformance.harness.plugin")
     monkeypatch.delenv("TINY_GPU_MODE", raising=False)
 
-    config = SimpleNamespace(stash={}, getoption=lambda name: NAME)
+    plugins = SimpleNamespace(is_registered=lambda plugin: True)
+    config = SimpleNamespace(stash={}, getoption=lambda name: NAME, pluginmanager=plugins)
     plugin.pytest_configure(config)  # type: ignore[arg-type]
     assert os.environ.get("TINY_GPU_MODE") == "strict"
     monkeypatch.delenv("TINY_GPU_MODE", raising=False)
