@@ -97,7 +97,9 @@ def _required(
         return backend_order(names), source
     runnable = options.backends.runnable()
     if runnable is not None:
-        return backend_order(runnable), "the backends this machine can run"
+        plugins = set(options.backends.plugins())  # required only when named: --require
+        own = [name for name in runnable if name not in plugins]
+        return backend_order(own), "the suite's backends this machine can run"
     ran = [name for name, result in results.items() if result.status != Status.NOT_RUN]
     return backend_order(ran), "the backends that ran (backends.registry cannot tell)"
 
@@ -159,6 +161,19 @@ def _judge(
         )
 
 
+def _not_installed(backend: str, paths: Sequence[Path]) -> BackendResult:
+    """The run of a backend not installed here (a plug-in tried once): shown, not judged."""
+    files = ", ".join(path.name for path in paths)
+    reason = (
+        f"{files}: a run of backend {backend!r}, which is not installed where the sign-off "
+        "runs; not judged (install the plug-in with MLA_CONFORMANCE_PLUGINS to judge it, "
+        "docs/plugins.md)"
+    )
+    return evaluate_backend(
+        BackendInput(backend), required=False, expectations=[], availability_reason=reason
+    )
+
+
 def run_signoff(options: SignoffOptions) -> SignoffResult:
     """Sign off the reports under ``options.reports_dir``; write the reports unless told not."""
     known = machine.known_backends(options.backends, options.expectations_dir)
@@ -189,7 +204,8 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
     if options.require:
         _required(options, {}, known)  # reject unknown names before any work
     explicit = set(options.require or ()) | (set(RELEASE_BACKENDS) if options.release else set())
-    shown = set(DEFAULT_BACKENDS) | set(options.backends.registered()) | set(inputs) | explicit
+    own = set(options.backends.registered()) - set(options.backends.plugins())
+    shown = set(DEFAULT_BACKENDS) | own | set(inputs) | explicit
     results: dict[str, BackendResult] = {}
     for backend in backend_order(shown):
         backend_input = inputs.get(backend) or BackendInput(backend)
@@ -206,6 +222,8 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
             expectations=_expectations(backend, options.expectations_dir, errors),
             collected=collected,
         )
+    for backend, paths in found.not_installed.items():
+        results[backend] = _not_installed(backend, paths)
     required, required_source = _required(options, results, known)
     for name in required:
         if name not in results:
