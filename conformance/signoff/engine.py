@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,17 +32,11 @@ from conformance.signoff.model import (
     SignoffResult,
     Status,
 )
+from conformance.signoff.outputs import output_paths, remove_outputs
 from conformance.signoff.report_html import render_html
 from conformance.signoff.report_json import backend_order, render_json, signoff_document
 from conformance.signoff.report_md import render_markdown
 from conformance.signoff.verdict import evaluate_backend, overall_verdict
-
-OUTPUT_NAMES: dict[str, str] = {
-    "junit": "conformance.xml",
-    "markdown": "signoff.md",
-    "json": "signoff.json",
-    "html": "signoff.html",
-}
 
 
 class SignoffUsageError(ValueError):
@@ -271,18 +264,3 @@ def write_outputs(result: SignoffResult) -> None:
         remove_outputs(result.reports_dir)  # never a new verdict beside an old one
         raise
     result.outputs = outputs
-
-
-def output_paths(reports_dir: Path) -> dict[str, Path]:
-    """Where the sign-off writes each of its outputs."""
-    return {name: reports_dir / file_name for name, file_name in OUTPUT_NAMES.items()}
-
-
-def remove_outputs(reports_dir: Path) -> list[Path]:
-    """Delete every sign-off output in ``reports_dir`` (after a failed sign-off); the removed."""
-    removed = []
-    for path in output_paths(reports_dir).values():
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-            removed.append(path)
-    return removed
