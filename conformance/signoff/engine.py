@@ -33,6 +33,7 @@ from conformance.signoff.model import (
     Status,
 )
 from conformance.signoff.outputs import output_paths, remove_outputs
+from conformance.signoff.provenance_warnings import provenance_warnings
 from conformance.signoff.report_html import render_html
 from conformance.signoff.report_json import backend_order, render_json, signoff_document
 from conformance.signoff.report_md import render_markdown
@@ -215,6 +216,7 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
             expectations=_expectations(backend, options.expectations_dir, errors),
             collected=collected,
         )
+        results[backend].warnings += provenance_warnings(backend_input)
     for backend, paths in found.not_installed.items():
         results[backend] = _not_installed(backend, paths)
     required, required_source = _required(options, results, known)

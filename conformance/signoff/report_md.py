@@ -49,8 +49,9 @@ def source_text(backend: dict[str, Any]) -> str:
     evidence = backend.get("evidence")
     if evidence:
         commit = (evidence.get("commit") or "commit unknown")[:12]
+        dirty = " (uncommitted changes)" if evidence.get("dirty") else ""
         stale = " (STALE)" if evidence.get("stale") else ""
-        return f"evidence {evidence['date']} @ {commit}{stale}"
+        return f"evidence {evidence['date']} @ {commit}{dirty}{stale}"
     return "–" if backend["source"] == "none" else backend["source"]
 
 
@@ -83,19 +84,23 @@ def provenance_text(document: dict[str, Any]) -> list[str]:
             facts = evidence.get("facts") or {}
             stale = evidence.get("stale") or []
             state = ("STALE: " + "; ".join(stale)) if stale else "current: no file changed since"
+            dirty = " with uncommitted changes" if evidence.get("dirty") else ""
             lines.append(
                 f"{backend['backend']}: evidence of {evidence['date']} at commit "
-                f"{evidence.get('commit') or 'unknown'} from {evidence['path']} "
+                f"{evidence.get('commit') or 'unknown'}{dirty} from {evidence['path']} "
                 f"({facts.get('source', 'source not recorded')}); {state}"
             )
         for run in backend["provenance"]:
             versions = run.get("versions") or {}
             version_text = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
+            gpus = ", ".join(str(name) for name in run.get("gpus") or [])
+            dirty = " with uncommitted changes" if run.get("git_dirty") is True else ""
             lines.append(
                 f"{backend['backend']} {run['file']}: device {run.get('device') or 'unknown'}"
-                f" ({run.get('device_kind') or 'kind not recorded'}); "
-                f"{version_text or 'versions unknown'}; python {run.get('python') or '?'}; "
-                f"commit {run.get('git_commit') or 'unknown'}; "
+                f" ({run.get('device_kind') or 'kind not recorded'})"
+                + (f", GPUs {gpus}" if gpus else "")
+                + f"; {version_text or 'versions unknown'}; python {run.get('python') or '?'}; "
+                f"commit {run.get('git_commit') or 'unknown'}{dirty}; "
                 f"{run.get('started') or '?'} → {run.get('finished_at') or 'not finished'}"
             )
     return lines
