@@ -1,10 +1,12 @@
 """Failures grouped by cause: same backend, family, outcome and message shape.
 
 Thirty-nine golden cases failing on one dropped scale are one finding, not thirty-nine. A
-message's shape is its first line with the case's own parameter id replaced by ``‹case›`` and
-every number (and hex address) by ``#``: ``‹case› decode (own metadata) out: MISMATCH (#
-elements; atol=#, rtol=#, cos_diff=#)``. The reports show each group once, with its count,
-its first ids and the first message in full, and name the JUnit file that holds every message.
+message's shape is its first line with the case's own parameter id (and each piece of it
+that holds a digit: ``q-bf16-kv-e4m3fn`` gives ``bf16`` and ``e4m3fn``) replaced by
+``‹case›`` and every number (and hex address) by ``#``: ``‹case› decode (own metadata) out:
+MISMATCH (# elements; atol=#, rtol=#, cos_diff=#)``. The reports show each group once, with
+its count, its first ids and the first message in full, and name the JUnit file that holds
+every message.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 FIRST_IDS = 3
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _PYTEST_NOTE = re.compile(r"\n\[(\+\d+ more lines?|truncated); full report in element text\]\s*$")
+_NAMES_A_CASE = re.compile(r"^(?=.*\d)[\w.]{3,}$")  # a piece of a case id: bf16, e4m3fn, cu80
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -33,6 +36,8 @@ def message_shape(message: str, node_id: str) -> str:
     parameter = parameter_of(node_id)
     if parameter:
         first = first.replace(parameter, "‹case›")
+        for piece in {piece for piece in parameter.split("-") if _NAMES_A_CASE.search(piece)}:
+            first = re.sub(rf"(?<![\w-]){re.escape(piece)}(?![\w-])", "‹case›", first)
     return _NUMBER.sub("#", _HEX.sub("#", first))
 
 

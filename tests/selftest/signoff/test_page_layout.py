@@ -196,19 +196,27 @@ def test_a_passing_page_shows_the_chart_unfolded(tmp_path: Path) -> None:
 
 
 SHAPES = [
-    ("AssertionError: c1 decode out: MISMATCH (12 elements; atol=0.5)",
-     "AssertionError: c2 decode out: MISMATCH (99 elements; atol=1e-05)", True),
-    ("AssertionError: c1 decode out: MISMATCH", "AssertionError: c2 decode lse: MISMATCH", False),
-    ("KeyError: 0x7f3a12", "KeyError: 0x11ff00", True),
-    ("AttributeError: 'X' has no attribute 'q_lora_rank'",
-     "AttributeError: 'X' has no attribute 'v_head_dim'", False),
+    ("AssertionError: c1 decode out: MISMATCH (12 elements; atol=0.5)", "c1",
+     "AssertionError: c2 decode out: MISMATCH (99 elements; atol=1e-05)", "c2", True),
+    ("AssertionError: c1 decode out: MISMATCH", "c1",
+     "AssertionError: c2 decode lse: MISMATCH", "c2", False),
+    ("KeyError: 0x7f3a12", "c1", "KeyError: 0x11ff00", "c2", True),
+    ("AttributeError: 'X' has no attribute 'q_lora_rank'", "c1",
+     "AttributeError: 'X' has no attribute 'v_head_dim'", "c2", False),
+    ("Failed: q bf16, kv e4m3fn: 3 problem(s) in 12 query rows", "q-bf16-kv-e4m3fn",
+     "Failed: q e4m3fnuz, kv e4m3fnuz: 2 problem(s) in 12 query rows", "q-e4m3fnuz-kv-e4m3fnuz",
+     True),
+    ("Failed: q bf16, kv e4m3fn: output off", "q-bf16-kv-e4m3fn",
+     "Failed: q bf16, kv e4m3fn: LSE off", "q-bf16-kv-e4m3fn", False),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("first", "second", "same"), SHAPES)
-def test_a_message_shape_ignores_numbers_and_the_case_only(first, second, same) -> None:
-    one = message_shape(first, "t.py::test_x[c1]")
-    two = message_shape(second, "t.py::test_x[c2]")
+@pytest.mark.parametrize(("first", "one_id", "second", "two_id", "same"), SHAPES)
+def test_a_message_shape_ignores_numbers_and_the_case_only(
+    first: str, one_id: str, second: str, two_id: str, same: bool
+) -> None:
+    one = message_shape(first, f"t.py::test_x[{one_id}]")
+    two = message_shape(second, f"t.py::test_x[{two_id}]")
     assert (one == two) is same, (one, two)
 
 
