@@ -133,3 +133,19 @@ def test_a_plugin_left_in_the_environment_is_not_required(tmp_path: Path) -> Non
     assert required.returncode == 3
     document = json.loads((reports / "signoff.json").read_text())
     assert any(line.startswith(f"{PLUGIN}: required but not run") for line in document["blocking"])
+
+
+def test_a_plugin_report_inside_evidence_is_named_not_dropped(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(REPO)
+    from conformance.signoff.synthetic import write_evidence
+
+    reports = tmp_path / "reports"
+    evidence = reports / "evidence" / "2026-01-02-cuda"
+    write_evidence(evidence, "cuda", IDS)
+    (stray,) = write_backend(evidence, PLUGIN, IDS)
+    gone = StaticView(names=("cpu", "interpret", "cuda", "rocm"), runnable_names=("cpu",))
+    result = run_signoff(
+        offline_options(reports, backends=gone, evidence_dir=reports / "evidence", write=False)
+    )
+    assert any(str(stray) in issue for issue in result.backends["cuda"].issues)
+    assert result.backends["cuda"].status == Status.INCOMPLETE
