@@ -15,7 +15,8 @@ from conformance.signoff.failure_groups import message_shape, plain_message
 from conformance.signoff.report_html import render_html
 from conformance.signoff.report_json import signoff_document
 from conformance.signoff.report_md import render_markdown
-from conformance.signoff.synthetic import (
+
+from synthetic_reports import (
     node_ids,
     offline_options,
     reseal,

@@ -21,7 +21,8 @@ from conformance.harness.plugins_env import PLUGINS_ENV, install_plugins
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.machine import StaticView
 from conformance.signoff.model import Status, Verdict
-from conformance.signoff.synthetic import junit_xml, node_ids, offline_options, write_backend
+
+from synthetic_reports import junit_xml, node_ids, offline_options, write_backend
 
 pytestmark = pytest.mark.selftest
 
@@ -137,7 +138,7 @@ def test_a_plugin_left_in_the_environment_is_not_required(tmp_path: Path) -> Non
 
 def test_a_plugin_report_inside_evidence_is_named_not_dropped(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(REPO)
-    from conformance.signoff.synthetic import write_evidence
+    from synthetic_reports import write_evidence
 
     reports = tmp_path / "reports"
     evidence = reports / "evidence" / "2026-01-02-cuda"

@@ -14,7 +14,8 @@ from conformance.harness.sharding import sidecar_path
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.evidence import VERSIONS_FILE
 from conformance.signoff.model import Verdict
-from conformance.signoff.synthetic import node_ids, offline_options, write_backend, write_evidence
+
+from synthetic_reports import node_ids, offline_options, write_backend, write_evidence
 
 pytestmark = pytest.mark.selftest
 
