@@ -58,7 +58,14 @@ PEER_TABLE = (
     (16, "bf16", 32, 65536),
     (128, "bf16", 1, 16384),
     (16, "bf16", 1, 4096),
+    (128, "fp8", 32, 4096),
+    (128, "bf16", 64, 32768),  # long contexts at 128 heads
+    (128, "bf16", 128, 1024),  # short contexts: works never split
+    (16, "bf16", 256, 2048),  # many requests
 )
+# (heads, KV format, batch, context): the planner's table (benchmarks/bench_planner_cases.py),
+# the side-by-side table and the many-request batches the planner goal names (B = 1024).
+PLANNER_TABLE = (*PEER_TABLE, (16, "bf16", 1024, 4096), (128, "bf16", 1024, 4096))
 
 
 def quick_grid() -> list[Case]:
