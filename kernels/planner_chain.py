@@ -6,11 +6,11 @@ about one payload long: short contexts, many requests) snaps at every program, s
 rounds run one per program, serially. Every snap lands on a tile boundary, and where the
 walk goes from a boundary depends on that boundary alone, so `chain_walk` computes, for
 every boundary at once, the next snap (`round_keys` over the ``WINDOW`` tiles that follow
-it), then follows the chain from boundary 0 by pointer doubling (``LEVELS`` steps, each
-joining the boundaries reached so far to those reached 2**k snaps later) and derives every
-tile's and program's part from the snap that precedes it. A boundary whose next snap lies
-beyond its window is unknown; when the chain reaches one, `chain_walk` reports failure and
-the kernel walks by rounds instead. Both give the same plan.
+it), then follows the chain from boundary 0 by pointer doubling (at most ``LEVELS``
+steps, each joining the boundaries reached so far to those reached 2**k snaps later, until
+none is added) and derives every tile's and program's part from the snap that precedes it.
+A boundary whose next snap lies beyond its window is unknown; when the chain reaches one,
+`chain_walk` reports failure and the kernel walks by rounds instead. Both give the same plan.
 
 The chain buffer holds `CHAIN_FIELDS` int32 fields of one entry per (virtual batch, tile),
 field-major like the setup's scratch.
@@ -157,7 +157,11 @@ def chain_walk(
     # ---- the chain from boundary 0: after level k, every boundary 2**(k+1) - 1 snaps on
     seen = (e == 0).to(tl.int32)
     start = tl.zeros([BLOCK], tl.int32)
-    for _ in tl.static_range(LEVELS):
+    # no level once the chain stops growing: an end, an unknown boundary (a self-loop, as
+    # boundary 0 may be: then the rounds walk it), or every step to come already seen
+    growing = tl.sum(tl.where(e == 0, known.to(tl.int32), 0), axis=0) > 0
+    level = 0
+    while growing & (level < LEVELS):
         tl.debug_barrier()
         _put(chain_ptr, stride, C_NEXT, e, nxt, ein)
         _put(chain_ptr, stride, C_PROGS, e, progs, ein)
@@ -171,10 +175,13 @@ def chain_walk(
         nxt2 = _field(chain_ptr, stride, C_NEXT, nxt, far, -1)
         progs2 = _field(chain_ptr, stride, C_PROGS, nxt, far, 0)
         tl.debug_barrier()
+        before = tl.sum(seen, axis=0)
         seen = _field(chain_ptr, stride, C_SEEN, e, ein, 0)
         start = _field(chain_ptr, stride, C_START, e, ein, 0)
+        growing = tl.sum(seen, axis=0) > before
         nxt = tl.where(nxt >= 0, nxt2, -1)
         progs = progs + progs2
+        level += 1
     real = ein & (seen != 0) & (start < num_cu) & (p < p_total)
     ok = tl.max((real & ~known).to(tl.int32), axis=0) == 0
     last = real & ((start + r_star + 1 >= num_cu) | (snap >= p_total))
