@@ -146,7 +146,10 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     ns = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench_planner_cases: no CUDA device")
-    rows = [bench_case(*case, step=not ns.no_step) for case in PLANNER_TABLE]
+    rows = []
+    for case in PLANNER_TABLE:
+        rows.append(bench_case(*case, step=not ns.no_step))
+        print(json.dumps(rows[-1]), flush=True)  # progress, one row a line
     print(format_table(rows))
     if ns.out is not None:
         ns.out.mkdir(parents=True, exist_ok=True)
