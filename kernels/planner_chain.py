@@ -175,10 +175,10 @@ def chain_walk(
         nxt2 = _field(chain_ptr, stride, C_NEXT, nxt, far, -1)
         progs2 = _field(chain_ptr, stride, C_PROGS, nxt, far, 0)
         tl.debug_barrier()
-        before = tl.sum(seen, axis=0)
+        seen_before = tl.sum(seen, axis=0)
         seen = _field(chain_ptr, stride, C_SEEN, e, ein, 0)
         start = _field(chain_ptr, stride, C_START, e, ein, 0)
-        growing = tl.sum(seen, axis=0) > before
+        growing = tl.sum(seen, axis=0) > seen_before
         nxt = tl.where(nxt >= 0, nxt2, -1)
         progs = progs + progs2
         level += 1
