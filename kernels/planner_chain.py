@@ -157,8 +157,7 @@ def chain_walk(
     # ---- the chain from boundary 0: after level k, every boundary 2**(k+1) - 1 snaps on
     seen = (e == 0).to(tl.int32)
     start = tl.zeros([BLOCK], tl.int32)
-    # no level once the chain stops growing: an end, an unknown boundary (a self-loop, as
-    # boundary 0 may be: then the rounds walk it), or every step to come already seen
+    # no level when boundary 0's next snap is unknown: the rounds walk the batch
     growing = tl.sum(tl.where(e == 0, known.to(tl.int32), 0), axis=0) > 0
     level = 0
     while growing & (level < LEVELS):
@@ -175,10 +174,8 @@ def chain_walk(
         nxt2 = _field(chain_ptr, stride, C_NEXT, nxt, far, -1)
         progs2 = _field(chain_ptr, stride, C_PROGS, nxt, far, 0)
         tl.debug_barrier()
-        seen_before = tl.sum(seen, axis=0)
         seen = _field(chain_ptr, stride, C_SEEN, e, ein, 0)
         start = _field(chain_ptr, stride, C_START, e, ein, 0)
-        growing = tl.sum(seen, axis=0) > seen_before
         nxt = tl.where(nxt >= 0, nxt2, -1)
         progs = progs + progs2
         level += 1
