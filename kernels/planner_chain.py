@@ -6,9 +6,10 @@ about one payload long: short contexts, many requests) snaps at every program, s
 rounds run one per program, serially. Every snap lands on a tile boundary, and where the
 walk goes from a boundary depends on that boundary alone, so `chain_walk` computes, for
 every boundary at once, the next snap (`round_keys` over the ``WINDOW`` tiles that follow
-it), then follows the chain from boundary 0 by pointer doubling (at most ``LEVELS``
-steps, each joining the boundaries reached so far to those reached 2**k snaps later, until
-none is added) and derives every tile's and program's part from the snap that precedes it.
+it), then follows the chain from boundary 0 by pointer doubling (``LEVELS`` steps, each
+joining the boundaries reached so far to those reached 2**k snaps later; none when
+boundary 0's own next snap is unknown) and derives every tile's and program's part from
+the snap that precedes it.
 A boundary whose next snap lies beyond its window is unknown; when the chain reaches one,
 `chain_walk` reports failure and the kernel walks by rounds instead. Both give the same plan.
 
