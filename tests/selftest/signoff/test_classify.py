@@ -10,7 +10,8 @@ import pytest
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.loading import family_of_node_id, node_id_from_junit
 from conformance.signoff.model import Outcome, Status, Verdict
-from conformance.signoff.synthetic import (
+
+from synthetic_reports import (
     SyntheticCase,
     junit_xml,
     node_ids,

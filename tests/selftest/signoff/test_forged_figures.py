@@ -7,7 +7,8 @@ from pathlib import Path
 
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.model import Status
-from conformance.signoff.synthetic import node_ids, offline_options, reseal, write_backend
+
+from synthetic_reports import node_ids, offline_options, reseal, write_backend
 
 IDS = node_ids("metadata", 3) + node_ids("numerics", 3, test="test_decode_matches_golden")
 
