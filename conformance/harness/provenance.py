@@ -11,7 +11,9 @@ from conformance.runs.provenance import (
     device_name,
     git_facts,
     gpu_name,
+    gpu_names,
     package_versions,
+    run_devices,
     run_facts,
     torch_build,
 )
@@ -30,7 +32,9 @@ __all__ = [
     "device_name",
     "git_facts",
     "gpu_name",
+    "gpu_names",
     "package_versions",
+    "run_devices",
     "run_facts",
     "torch_build",
 ]

@@ -8,6 +8,7 @@ Below the pytest harness, the sign-off and the CI generators, which all take it 
 - `expectations`: per-backend expectation files (``conformance/expectations/``);
 - `provenance`: the machine and software facts a run records;
 - `environment`: the environment variables a run reads;
+- `outputs`: the sign-off's output files beside the JUnit directory, and moving them aside;
 - `atomic`: atomic file writes.
 """
 

@@ -18,7 +18,7 @@ from conformance.runs.names import sidecar_path
 SIDECAR_FORMAT_PREFIX = "mla-conformance-run/"
 SIDECAR_FORMAT = SIDECAR_FORMAT_PREFIX + "1"
 MACHINE_FACTS: tuple[str, ...] = tuple(
-    "device device_kind devices versions torch_cuda torch_hip python platform hostname "
+    "device device_kind devices gpus versions torch_cuda torch_hip python platform hostname "
     "git_commit git_dirty".split()
 )
 """The sidecar facts that describe the machine and software of a run."""

@@ -29,6 +29,10 @@ class BackendView(Protocol):
         """Names the registry knows (empty when it cannot tell)."""
         ...
 
+    def plugins(self) -> list[str]:
+        """The registered names that installed plug-ins bring (not the suite's own)."""
+        ...
+
     def runnable(self) -> list[str] | None:
         """Backends this machine can run; None when nobody can tell."""
         ...
@@ -56,6 +60,15 @@ class RegistryView:
 
             return list(backend_names())
         except Exception:  # the registry is optional here
+            return []
+
+    def plugins(self) -> list[str]:
+        """Names registered through the entry-point group, not built into the suite."""
+        try:
+            from backends.registry import BUILTIN_BACKENDS, backend_names
+
+            return [name for name in backend_names() if name not in BUILTIN_BACKENDS]
+        except Exception:
             return []
 
     def runnable(self) -> list[str] | None:
@@ -108,6 +121,7 @@ class StaticView:
 
     names: Sequence[str] = ()
     runnable_names: Sequence[str] | None = None
+    plugin_names: Sequence[str] = ()
     reasons: Mapping[str, str] = field(default_factory=dict)
     kinds: Mapping[str, str] = field(default_factory=lambda: dict(BUILTIN_DEVICE_KINDS))
     declarations: Mapping[str, Declaration] = field(default_factory=dict)
@@ -115,6 +129,10 @@ class StaticView:
     def registered(self) -> list[str]:
         """The fixed names."""
         return list(self.names)
+
+    def plugins(self) -> list[str]:
+        """The fixed plug-in names."""
+        return list(self.plugin_names)
 
     def runnable(self) -> list[str] | None:
         """The fixed runnable names (or None)."""

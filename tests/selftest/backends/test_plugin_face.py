@@ -49,6 +49,7 @@ def test_the_example_plug_in_imports_the_suite_only_through_the_face() -> None:
         ("conformance.harness.expectations", "conformance.runs.expectations", "load_expectations"),
         ("conformance.harness.provenance", "conformance.runs.provenance", "git_facts"),
         ("conformance.signoff.atomic", "conformance.runs.atomic", "atomic_write_text"),
+        ("conformance.signoff.outputs", "conformance.runs.outputs", "move_outputs"),
     ],
 )
 def test_a_moved_module_still_works_and_warns(old: str, new: str, name: str) -> None:
