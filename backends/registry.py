@@ -18,12 +18,18 @@ from conformance.targets import ENTRY_POINT_GROUP, builtin_backends, load_class
 from conformance.targets import plugin_entry_points as _third_party
 
 __all__ = [
+    "BUILTIN_BACKENDS",
     "ENTRY_POINT_GROUP",
     "available_backends",
     "backend_names",
     "get_backend",
     "layer_protocols",
 ]
+
+
+BUILTIN_BACKENDS: dict[str, str] = builtin_backends()
+"""``{name: "module:Class"}`` of the built-in backends, as declared in `conformance.targets`
+(read it there: this copy is taken at import)."""
 
 
 def _load(target: str) -> type[Backend]:

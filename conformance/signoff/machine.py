@@ -15,7 +15,7 @@ from typing import Protocol
 
 from conformance.applicability import Declaration
 from conformance.signoff.model import DEFAULT_BACKENDS
-from conformance.targets import BUILTIN_TARGETS
+from conformance.targets import BUILTIN_TARGETS, plugin_entry_points
 
 BUILTIN_DEVICE_KINDS: dict[str, str] = {
     name: target.device_kind for name, target in BUILTIN_TARGETS.items()
@@ -65,10 +65,8 @@ class RegistryView:
     def plugins(self) -> list[str]:
         """Names registered through the entry-point group, not built into the suite."""
         try:
-            from backends.registry import BUILTIN_BACKENDS, backend_names
-
-            return [name for name in backend_names() if name not in BUILTIN_BACKENDS]
-        except Exception:
+            return sorted(plugin_entry_points())
+        except Exception:  # a broken installation's metadata: nobody can tell
             return []
 
     def runnable(self) -> list[str] | None:
