@@ -158,6 +158,24 @@ def field_needs(
     return needs
 
 
+def construction_problems(
+    record: Any, kind: str, builder: str, fields: Mapping[str, Any]
+) -> list[str]:
+    """Fields `builder` was measured to need on `kind` batches that `record` leaves unset.
+
+    `fields` maps a field name to its facts (``needed_by``: builder → batch kinds, and
+    ``errors``: "BUILDER/kind" → the error seen), as in a facts file.
+    """
+    problems = []
+    for name, facts in sorted(fields.items()):
+        if kind in facts.needed_by.get(builder, ()) and getattr(record, name, None) is None:
+            seen = facts.errors.get(f"{builder}/{kind}", "")
+            problems.append(
+                f"{name}: unset, and {builder} needs it on {kind} batches (measured: {seen})"
+            )
+    return problems
+
+
 # ---------------------------------------------------------------------- the layers
 
 

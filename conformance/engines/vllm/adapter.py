@@ -59,6 +59,9 @@ BUILDERS: dict[str, BuilderTarget] = {
     ),
 }
 
+# The builders that must build here (on any CPU) for the engine target to pass.
+MUST_BUILD = ("TRITON_MLA", "CPU_MLA", "ROCM_AITER_MLA")
+
 
 def write_model_config(directory: Path, *, heads: int = 16) -> Path:
     """A DeepSeek-V2-like ``config.json`` with the suite's MLA dims and `heads` heads."""
