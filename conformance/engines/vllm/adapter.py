@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from conformance.engines.checks import to_engine_record
+from conformance.engines.target import VLLM
 from conformance.engines.vllm.aiter_standin import AiterStandin, install_standin
 from conformance.metadata.batch import BatchSpec, make_cam
 from conformance.metadata.dims import MLADims
@@ -60,7 +61,7 @@ BUILDERS: dict[str, BuilderTarget] = {
 }
 
 # The builders that must build here (on any CPU) for the engine target to pass.
-MUST_BUILD = ("TRITON_MLA", "CPU_MLA", "ROCM_AITER_MLA")
+MUST_BUILD = VLLM.must_build
 
 
 def write_model_config(directory: Path, *, heads: int = 16) -> Path:
