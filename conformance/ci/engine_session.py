@@ -126,7 +126,7 @@ def _query(python: str, code: str, env: Mapping[str, str] | None = None) -> tupl
         text=True,
         env={**os.environ, **(env or {})},
     )
-    text = (result.stdout if result.returncode == 0 else result.stderr).strip()
+    text = (result.stdout if result.returncode == 0 else result.stdout + result.stderr).strip()
     return result.returncode, text.splitlines()[-1] if text else ""
 
 
@@ -188,10 +188,18 @@ def make_environment(
     reason = target.supports(version)
     if reason:
         raise EngineSessionError(reason)
-    for module in target.probe_modules:
-        code, error = _query(python, f"import {module}", target.environment)
-        if code:
-            raise EngineSessionError(f"{target.name} {version}: {module} does not import: {error}")
+    log(f"{target.name} {version}: probing {', '.join(target.probe_modules)}")
+    probe = (
+        "import importlib, sys\n"
+        f"for name in {list(target.probe_modules)!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as error:\n"
+        "        print(f'{name} does not import: {type(error).__name__}: {error}'); sys.exit(1)\n"
+    )
+    code, error = _query(python, probe, target.environment)
+    if code:
+        raise EngineSessionError(f"{target.name} {version}: {error}")
     return version
 
 
@@ -210,7 +218,30 @@ def junit_counts(path: Path) -> dict[str, int]:
     return counts
 
 
-def write_sidecar(junit: Path, facts_file: Path, *, target: EngineTarget, version: str) -> None:
+def environment_versions(python: str, target: EngineTarget) -> dict[str, str | None]:
+    """Versions of the engine, torch and triton in the engine's environment."""
+    names = [target.distribution, "torch", "triton", "transformers", "flashinfer-python"]
+    code = (
+        "import importlib.metadata as m, json\n"
+        "def v(n):\n"
+        "    try:\n"
+        "        return m.version(n)\n"
+        "    except m.PackageNotFoundError:\n"
+        "        return None\n"
+        f"print(json.dumps({{n: v(n) for n in {names!r}}}))"
+    )
+    status, text = _query(python, code)
+    return json.loads(text) if status == 0 else {}
+
+
+def write_sidecar(
+    junit: Path,
+    facts_file: Path,
+    *,
+    target: EngineTarget,
+    version: str,
+    versions: Mapping[str, str | None],
+) -> None:
     """The run's ``.meta.json``: provenance naming the engine release and the builders run."""
     from conformance.harness.provenance import run_facts
     from conformance.signoff.atomic import atomic_write_text
@@ -228,6 +259,7 @@ def write_sidecar(junit: Path, facts_file: Path, *, target: EngineTarget, versio
         "facts": facts_file.as_posix(),
         "counts": junit_counts(junit),
         **run_facts("cpu", Path.cwd()),
+        "versions": dict(versions),  # the engine's environment, not the interpreter running nox
     }
     atomic_write_text(junit.with_suffix(".meta.json"), json.dumps(document, indent=2) + "\n")
 
@@ -297,7 +329,8 @@ def run_session(session: Any, target: EngineTarget) -> None:
         ],
         {**target.environment, FACTS_ENV: facts_file.as_posix(), "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
-    write_sidecar(junit, facts_file, target=target, version=version)
+    versions = environment_versions(python, target)
+    write_sidecar(junit, facts_file, target=target, version=version, versions=versions)
     session.log(f"JUnit report: {junit}; facts: {facts_file}")
     audit = audit_tree(options.tree, facts_file, session.log) if options.tree else 0
     elapsed = time.monotonic() - started
