@@ -26,6 +26,7 @@ from typing import Any
 
 from conformance.ci import installer
 from conformance.engines.target import EngineTarget
+from conformance.harness.archive import archive_superseded
 
 REPORTS = Path("reports")
 JUNIT_DIR = REPORTS / "junit"
@@ -319,6 +320,11 @@ def run_session(session: Any, target: EngineTarget) -> None:
     FACTS_DIR.mkdir(parents=True, exist_ok=True)
     junit = JUNIT_DIR / target.junit
     facts_file = FACTS_DIR / target.facts_file(version)
+    moved = archive_superseded(junit, target.name, None)
+    if moved is not None and facts_file.exists():
+        shutil.move(str(facts_file), moved / facts_file.name)
+    if moved is not None:
+        session.log(f"earlier {target.name} reports moved to {moved}")
     session.log(f"step: {target.name} {version}: the families on its own code -> {junit}")
     code, _ = _stream(
         [
