@@ -12,6 +12,7 @@ that stops the run is one line (`EngineSessionError`), never a traceback.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -242,6 +243,8 @@ def write_sidecar(
     target: EngineTarget,
     version: str,
     versions: Mapping[str, str | None],
+    exitstatus: int,
+    partial: bool,
 ) -> None:
     """The run's ``.meta.json``: provenance naming the engine release and the builders run."""
     from conformance.harness.provenance import run_facts
@@ -257,6 +260,12 @@ def write_sidecar(
         "kind": "engine",
         "engine": {"name": target.name, "version": version, "builders": builders},
         "junit": junit.name,
+        "junit_sha256": hashlib.sha256(junit.read_bytes()).hexdigest() if junit.exists() else None,
+        "shard": None,
+        "selection": "full" if not partial else "partial",
+        "device_kind": "cpu",
+        "finished": True,
+        "exitstatus": exitstatus,
         "facts": facts_file.as_posix(),
         "counts": junit_counts(junit),
         **run_facts("cpu", Path.cwd()),
@@ -336,7 +345,15 @@ def run_session(session: Any, target: EngineTarget) -> None:
         {**target.environment, FACTS_ENV: facts_file.as_posix(), "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     versions = environment_versions(python, target)
-    write_sidecar(junit, facts_file, target=target, version=version, versions=versions)
+    write_sidecar(
+        junit,
+        facts_file,
+        target=target,
+        version=version,
+        versions=versions,
+        exitstatus=code,
+        partial=bool(options.pytest_args),
+    )
     session.log(f"JUnit report: {junit}; facts: {facts_file}")
     audit = audit_tree(options.tree, facts_file, session.log) if options.tree else 0
     elapsed = time.monotonic() - started
