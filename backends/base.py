@@ -90,22 +90,36 @@ class PrefillMetadata:
 
 @dataclass
 class DecodeMetadata:
-    """The decode rows of a batch, with the paged-KV CSR lists and the work plan."""
+    """The decode rows of a batch, with the paged-KV CSR lists and the work plan.
+
+    **Padded rows.** A batch may end in padded rows (CUDA-graph padding: query length 0,
+    kv length 0). They count in `num_decodes` and in the per-row fields (`query_start_loc`,
+    `seq_lens`, `block_table`), but the paged-KV CSR lists (`kv_indptr`, `kv_indices`,
+    `kv_last_page_lens`) stop at the last row with a query token: they describe
+    `num_requests` requests, and ``num_requests <= num_decodes``. Loop over
+    ``range(decode.num_requests)`` when reading the CSR lists; rows from `num_requests` on
+    have no query token and produce no output.
+    """
 
     num_decodes: int
+    """Decode rows, padded rows included."""
     num_decode_tokens: int
     max_query_len: int
     max_seq_len: int
     query_start_loc: torch.Tensor
+    """int32 [num_decodes + 1]: query token offsets of every row (padded rows: empty)."""
     query_start_loc_cpu: torch.Tensor
+    """`query_start_loc` on the CPU."""
     seq_lens: torch.Tensor
+    """int32 [num_decodes]: kv tokens of every row, new ones included (padded rows: 0)."""
     block_table: torch.Tensor
+    """int32 [num_decodes, max_blocks]: pages of every row (CAM style)."""
     kv_indptr: torch.Tensor
-    """int32 [num_decodes + 1]: prefix sums of pages per request."""
+    """int32 [num_requests + 1]: prefix sums of pages per request (padded rows excluded)."""
     kv_indices: torch.Tensor
     """int32 [total pages]: physical page ids, request after request."""
     kv_last_page_lens: torch.Tensor
-    """int32 [num_decodes]: valid tokens in each request's last page."""
+    """int32 [num_requests]: valid tokens in each request's last page."""
     page_size: int
     causal: bool = True
     """Causal mask across the query tokens of each request."""
@@ -115,6 +129,16 @@ class DecodeMetadata:
     """The exact arguments given to the planner (for differential replay)."""
     scheduler: Any = None
     """A plan-free backend's own scheduler metadata (FlashInfer's planned wrapper, say)."""
+
+    @property
+    def num_requests(self) -> int:
+        """Requests the CSR lists describe: `num_decodes` minus the trailing padded rows."""
+        return int(self.kv_indptr.numel()) - 1
+
+    @property
+    def num_padded_rows(self) -> int:
+        """Trailing padded rows: rows past the CSR lists (query length 0, no output)."""
+        return self.num_decodes - self.num_requests
 
 
 @dataclass(frozen=True)

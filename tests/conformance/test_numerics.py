@@ -9,6 +9,8 @@ dtypes it declares (`Backend.q_dtypes`, `kv_dtypes`; other cases are not applica
   and LSE match the golden within the tolerance derived for its declared numerics
   (`conformance.goldens.tolerance`); errors are recorded as JUnit properties;
 - NaN-poisoned cache slots past each sequence never reach the output;
+- a builder or decode that reads the CSR lists of a batch with padded rows past their end
+  fails naming the padded rows (`DecodeMetadata.num_requests`, docs/plugins.md);
 - the golden files are intact (sha256 against the manifest).
 
 A batch no CAM expresses (kv shorter than q) is fed as the golden's CSR lists; a backend
