@@ -12,6 +12,7 @@ that stops the run is one line (`EngineSessionError`), never a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -320,6 +321,9 @@ def run_session(session: Any, target: EngineTarget) -> None:
         python = str(Path(session.bin) / "python")
         if options.from_interpreter:
             reach_interpreter(python)
+        if _reused_without_install(session) and not options.from_interpreter:
+            session.log(f"nox -R: the environment's {target.name} is used as installed")
+            options = dataclasses.replace(options, from_interpreter=True)
         version = make_environment(
             target, options, python, uv_binary(session.venv_backend), session.log
         )
@@ -367,6 +371,15 @@ def run_session(session: Any, target: EngineTarget) -> None:
         session.error(f"{target.name} {version}: the families failed (pytest exit {code})")
     if audit:
         session.error(f"audit of {options.tree} with {facts_file}: exit {audit}")
+
+
+def _reused_without_install(session: Any) -> bool:
+    """``nox -R`` (or ``--no-install``) on an environment made earlier: install nothing."""
+    runner = getattr(session, "_runner", None)
+    config = getattr(runner, "global_config", None)
+    return bool(getattr(config, "no_install", False)) and bool(
+        getattr(getattr(session, "virtualenv", None), "_reused", False)
+    )
 
 
 def reach_interpreter(python: str) -> None:
