@@ -1,6 +1,6 @@
 """A small fake engine with vLLM's shapes, for the engine checks' negative controls.
 
-`CommonAttentionMetadata` is a dataclass with vLLM's required fields and a few optional
+`FakeAttentionMetadata` is a dataclass with vLLM's required fields and a few optional
 ones; `MLABuilder` reads the five MLA dims and ``prefill_backend.clone()`` from its first
 layer and asserts ``seq_lens_cpu_upper_bound`` on batches with prefill rows (#40654), and its
 decode plan calls a planner with the run's dtypes. Each ``broken_*`` switch makes one known
@@ -26,7 +26,7 @@ DIMS = {
 
 
 @dataclass
-class CommonAttentionMetadata:
+class FakeAttentionMetadata:
     query_start_loc: torch.Tensor
     query_start_loc_cpu: torch.Tensor
     seq_lens: torch.Tensor
@@ -42,7 +42,7 @@ class CommonAttentionMetadata:
     seq_lens_cpu_upper_bound: torch.Tensor | None = None
     broken_unpadded: bool = field(default=False, repr=False)
 
-    def unpadded(self, num_actual_tokens: int, num_actual_reqs: int) -> CommonAttentionMetadata:
+    def unpadded(self, num_actual_tokens: int, num_actual_reqs: int) -> FakeAttentionMetadata:
         bound = self.seq_lens_cpu_upper_bound
         return dataclasses.replace(
             self,
@@ -58,7 +58,7 @@ class CommonAttentionMetadata:
 
 
 @dataclass
-class CommonAttentionMetadataWithNewField:
+class FakeAttentionMetadataWithNewField:
     """A newer record with a required field the suite's batch factory does not produce."""
 
     query_start_loc: torch.Tensor
@@ -114,7 +114,7 @@ class MLABuilder:
         self.kv_dtype = kv_dtype
         self.broken_planner_dtypes = broken_planner_dtypes
 
-    def build(self, common_prefix_len: int, cam: CommonAttentionMetadata) -> dict[str, Any]:
+    def build(self, common_prefix_len: int, cam: FakeAttentionMetadata) -> dict[str, Any]:
         query_lens = cam.query_start_loc_cpu[1:] - cam.query_start_loc_cpu[:-1]
         if bool((query_lens > 1).any()):
             assert cam.seq_lens_cpu_upper_bound is not None

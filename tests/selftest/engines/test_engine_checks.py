@@ -15,7 +15,7 @@ from conformance.metadata.batch import BATCH_SPECS, make_cam
 from conformance.stubs.recorder import record_layer
 
 FAKE = runpy.run_path(str(Path(__file__).with_name("fake_engine.py")))
-Record, Layer, MLABuilder = FAKE["CommonAttentionMetadata"], FAKE["Layer"], FAKE["MLABuilder"]
+Record, Layer, MLABuilder = FAKE["FakeAttentionMetadata"], FAKE["Layer"], FAKE["MLABuilder"]
 NAMES = ("layer.0", "layer.1")
 KINDS = {"decode": "small_decode", "mixed": "mixed_small", "prefill": "extend"}
 
@@ -38,7 +38,7 @@ def test_record_fields_are_read_from_the_dataclass() -> None:
 
 def test_a_required_field_the_suite_lacks_is_named() -> None:
     with pytest.raises(checks.EngineRecordError, match="dspark_window"):
-        record("decode", cls=FAKE["CommonAttentionMetadataWithNewField"])
+        record("decode", cls=FAKE["FakeAttentionMetadataWithNewField"])
 
 
 def test_field_needs_finds_the_upper_bound_on_batches_with_prefill_rows() -> None:
