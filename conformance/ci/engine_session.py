@@ -162,7 +162,7 @@ def make_environment(
     """Install the engine into the session's environment; returns the installed version."""
     tool = Installer(python, uv)
     if options.from_interpreter:
-        log(f"using the interpreter's own {target.name} (no install)")
+        log(f"installing nothing: the environment's own {target.name} is used")
     else:
         reason = target.supports(options.version)
         if reason:

@@ -57,3 +57,42 @@ def test_mtp_golden_of_46997_is_reported_not_run() -> None:
         "gfx950-h32-fp8-q2-p1-cu256-vllm46997 needs two q tokens per request: vLLM's AITER "
         "builder plans them only under a speculative-decoding config, not made here"
     )
+
+
+BF16_TINY_GOLDENS = [
+    "tiny-triton-h16-bf16-q2-p16-cu132-padded",
+    "tiny-gfx942-h32-bf16-q2-p64-cu304",
+]
+
+
+@pytest.mark.parametrize("case_id", BF16_TINY_GOLDENS)
+def test_triton_mla_decode_matches_tiny_golden(case_id) -> None:
+    """vLLM's Triton MLA decode kernel, interpreted, on a tiny golden.
+
+    The bf16 inputs are widened to fp32 exactly: under TRITON_INTERPRET=1 the engine's
+    Triton mishandles bf16 loads (docs/engines.md, "Findings"), so the kernel's own
+    arithmetic runs in fp32 on the golden's exact values. Rows of a request are expanded
+    as vLLM's TritonMLAImpl expands a causal multi-token decode block.
+    """
+    from vllm.v1.attention.ops.triton_decode_attention import decode_attention_fwd
+
+    from conformance.goldens.record import KV_LORA_RANK, SM_SCALE
+
+    golden = load_golden(GoldenStore(default_root()), case_id)
+    case = golden.case
+    q = golden["q"].float()
+    cache = golden.kv_cache().float().unsqueeze(2)
+    seq_lens = golden["seq_lens"]
+    offsets = torch.arange(1 - case.q_len, 1, dtype=seq_lens.dtype)
+    row_lens = (seq_lens.unsqueeze(1) + offsets).flatten().clamp(min=0)
+    table = golden["block_table"].repeat_interleave(case.q_len, dim=0)
+    rows, splits = q.shape[0], 4
+    out = torch.zeros(rows, case.heads, KV_LORA_RANK)
+    lse = torch.zeros(rows, case.heads)
+    logits = torch.empty(rows, case.heads, splits, KV_LORA_RANK + 1)
+    decode_attention_fwd(
+        q, cache, cache[..., :KV_LORA_RANK], out, lse, table, row_lens, logits, splits,
+        SM_SCALE, case.page_size, is_mla=True,
+    )  # fmt: skip
+    torch.testing.assert_close(out, golden["out"], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(lse, golden["lse"], atol=1e-4, rtol=1e-4)
