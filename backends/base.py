@@ -10,16 +10,20 @@ from typing import Any, ClassVar
 
 import torch
 
+from conformance.applicability import (
+    AITER_V1,
+    NOT_APPLICABLE,  # noqa: F401 (re-exported for plug-ins)
+    Declaration,
+    dtype_label,
+    dtype_reason,
+    plan_reason,
+)
 from conformance.metadata.dims import DEEPSEEK_R1, ModelConfig
 from conformance.metadata.record import CommonAttentionMetadata
 from conformance.numerics.fp8 import is_fp8
 from conformance.persistent.plan import WorkPlan
 
-AITER_V1 = "aiter-v1"
-"""The plan format of AITER's ``get_mla_metadata_v1`` buffers (`conformance.persistent`)."""
 PLAN_FORMATS: tuple[str, ...] = (AITER_V1,)
-NOT_APPLICABLE = "not applicable: "
-"""How the reason of a test that does not apply to a backend's declaration begins."""
 
 
 @dataclass(frozen=True)
@@ -165,11 +169,6 @@ def csr_arguments(decode: DecodeMetadata) -> dict[str, Any]:
     }
 
 
-def dtype_label(dtype: torch.dtype) -> str:
-    """Short name of a q/KV dtype: ``bf16``, ``e4m3fn``, ``e4m3fnuz``."""
-    return "bf16" if dtype == torch.bfloat16 else str(dtype).removeprefix("torch.float8_")
-
-
 def require_plan(decode: DecodeMetadata) -> WorkPlan:
     """The work plan of `decode`; a clear error when the batch had no decode rows."""
     if decode.plan is None:
@@ -244,33 +243,16 @@ class Backend(ABC):
     """Run only the golden cases marked tiny (an interpreter is slow)."""
 
     def declaration(self) -> str:
-        """The declaration in words, e.g. ``plan_format=None, q_dtypes=(bf16,), ...``."""
-        q = ", ".join(map(dtype_label, self.q_dtypes))
-        kv = ", ".join(map(dtype_label, self.kv_dtypes))
-        return (
-            f"plan_format={self.plan_format}, q_dtypes=({q}), kv_dtypes=({kv}), "
-            f"numerics={self.numerics}"
-        )
+        """The declaration in words, e.g. ``plan_format=None, q_dtypes=(bf16), ...``."""
+        return Declaration.of(self).words()
 
     def plan_contract_skip(self) -> str | None:
         """Why the plan contract does not apply (None: it applies)."""
-        if self.plan_format == AITER_V1:
-            return None
-        return f"{NOT_APPLICABLE}{self.name} declares plan_format={self.plan_format}"
+        return plan_reason(Declaration.of(self))
 
     def dtype_skip(self, q_dtype: torch.dtype, kv_dtype: torch.dtype) -> str | None:
         """Why a batch of these dtypes is not applicable (None: the backend takes it)."""
-        for what, dtype, claimed in (
-            ("q", q_dtype, self.q_dtypes),
-            ("kv", kv_dtype, self.kv_dtypes),
-        ):
-            if dtype not in claimed:
-                names = ", ".join(map(dtype_label, claimed))
-                return (
-                    f"{NOT_APPLICABLE}{self.name} declares {what}_dtypes=({names}), "
-                    f"the case has {what} {dtype_label(dtype)}"
-                )
-        return None
+        return dtype_reason(Declaration.of(self), dtype_label(q_dtype), dtype_label(kv_dtype))
 
     def check_declaration(self) -> list[str]:
         """Problems of the declaration itself (empty when it is valid)."""
