@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from conformance.applicability import Declaration
+from conformance.engines.target import TARGETS
 from conformance.signoff.model import DEFAULT_BACKENDS
 
 BUILTIN_DEVICE_KINDS: dict[str, str] = {
@@ -154,8 +155,8 @@ class StaticView:
 
 
 def known_backends(view: BackendView, expectations_dir: Path) -> set[str]:
-    """Built-in names, the registry's names, and every backend with an expectation file."""
-    names = set(DEFAULT_BACKENDS) | set(view.registered())
+    """Built-in names, engine targets, the registry's names, every backend with expectations."""
+    names = set(DEFAULT_BACKENDS) | set(TARGETS) | set(view.registered())
     if expectations_dir.is_dir():
         names.update(path.stem for path in expectations_dir.glob("*.txt"))
     return names
