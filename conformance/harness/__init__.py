@@ -6,7 +6,6 @@
 - `run_state`: what the report plugin learns during one session;
 - `sidecar`: what the plugin records in the ``.meta.json`` beside each JUnit file;
 - `selection`: partial selections, which never supersede a full report;
-- `archive`: moving superseded reports to ``reports/previous/``;
 - `gpu_pinning`: one GPU per xdist worker, by the backend's declared device kind.
 
 File names, shards, the sidecar format, expectation files and provenance are the run

@@ -12,7 +12,7 @@ live there). What it does, and when:
 - A partial selection (`conformance.harness.selection`) writes its conventional JUnit file
   under ``partial/``, so it never supersedes the full report; its sidecar says so.
 - At session start of a full run, the reports it supersedes move to ``reports/previous/``
-  (`conformance.harness.archive`).
+  (`conformance.runs.archive`).
 - Expectations: when conformance tests (``tests/conformance/test_*.py``) are collected, the
   entries of ``conformance/expectations/<backend>.txt`` (or ``--expectations-dir``) become
   ``xfail(strict=True)`` / ``skip`` marks; entries that match no test are warned as stale.
@@ -37,7 +37,6 @@ from typing import Any
 import pytest
 
 from conformance.harness import gpu_pinning, sidecar
-from conformance.harness.archive import archive_superseded
 from conformance.harness.plugin import is_conformance_test
 from conformance.harness.run_state import (
     STATE_KEY,
@@ -48,6 +47,7 @@ from conformance.harness.run_state import (
     relative,
 )
 from conformance.harness.selection import partial_junit_path, partial_reason
+from conformance.runs.archive import archive_superseded
 from conformance.runs.expectations import (
     ExpectationFileError,
     expectations_path,

@@ -9,6 +9,7 @@ Below the pytest harness, the sign-off and the CI generators, which all take it 
 - `provenance`: the machine and software facts a run records;
 - `environment`: the environment variables a run reads;
 - `outputs`: the sign-off's output files beside the JUnit directory, and moving them aside;
+- `archive`: moving the reports a new full run supersedes to ``reports/previous/``;
 - `atomic`: atomic file writes.
 """
 

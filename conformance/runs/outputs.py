@@ -3,7 +3,7 @@
 ``<reports>/conformance.xml`` and ``signoff.{md,json,html}`` describe the reports of
 ``<reports>/junit/`` at the time they were made. A failed sign-off removes them
 (`remove_outputs`); a new run that changes those reports moves them aside with the reports
-it supersedes (`move_outputs`, from `conformance.harness.archive`), so no verdict is left
+it supersedes (`move_outputs`, from `conformance.runs.archive`), so no verdict is left
 standing over reports it did not see.
 """
 

@@ -50,6 +50,7 @@ def test_the_example_plug_in_imports_the_suite_only_through_the_face() -> None:
         ("conformance.harness.provenance", "conformance.runs.provenance", "git_facts"),
         ("conformance.signoff.atomic", "conformance.runs.atomic", "atomic_write_text"),
         ("conformance.signoff.outputs", "conformance.runs.outputs", "move_outputs"),
+        ("conformance.harness.archive", "conformance.runs.archive", "archive_superseded"),
     ],
 )
 def test_a_moved_module_still_works_and_warns(old: str, new: str, name: str) -> None:
