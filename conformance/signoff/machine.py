@@ -80,7 +80,9 @@ class RegistryView:
             return None
 
     def unavailable_reason(self, backend: str) -> str | None:
-        """The registry's availability reason for ``backend``."""
+        """The registry's availability reason for ``backend`` (an engine target: how to run it)."""
+        if backend in TARGETS:
+            return engine_not_run(backend)
         try:
             from backends.registry import get_backend
         except Exception as error:
@@ -148,6 +150,15 @@ class StaticView:
     def declaration(self, backend: str) -> Declaration | None:
         """The fixed declaration of ``backend``, if any."""
         return self.declarations.get(backend)
+
+
+def engine_not_run(engine: str) -> str:
+    """Why an engine target has no report: it is no backend, its own session writes it."""
+    return (
+        f"{engine} is an engine target, not a backend: its report "
+        f"{TARGETS[engine].junit} is written by `nox -s {engine}` (docs/engines.md), "
+        "which has not run here"
+    )
 
 
 def known_backends(view: BackendView, expectations_dir: Path) -> set[str]:
