@@ -46,10 +46,30 @@ class EngineOptions:
     from_interpreter: bool
     tree: Path | None
     pytest_args: tuple[str, ...]
+    show_usage: bool = False
+
+
+def usage(target: EngineTarget) -> str:
+    """What ``nox -s <name> -- --help`` prints (before anything is installed)."""
+    name = target.name
+    return "\n".join(
+        [
+            f"usage: nox -s {name} -- [--{name}-version X | --{name}-from-interpreter]"
+            " [--tree PATH] [PYTEST ARGS]",
+            f"  --{name}-version X          the release to install (default"
+            f" {target.default_version}; supported: >= {target.min_version},"
+            f" < {target.below_version})",
+            f"  --{name}-from-interpreter   the {name} of the interpreter that runs nox",
+            "  --tree PATH               then audit the source tree at PATH with the facts"
+            " just measured",
+            f"  anything else goes to pytest ({target.tests}); see docs/engines.md",
+        ]
+    )
 
 
 def parse_options(target: EngineTarget, posargs: Sequence[str]) -> EngineOptions:
-    """``--<name>-version X``, ``--<name>-from-interpreter``, ``--tree PATH``; rest to pytest."""
+    """``--<name>-version X``, ``--<name>-from-interpreter``, ``--tree PATH``, ``-h``/``--help``
+    (usage only); the rest goes to pytest."""
     version, from_interpreter, tree, rest = target.default_version, False, None, []
     args = list(posargs)
     while args:
@@ -67,6 +87,8 @@ def parse_options(target: EngineTarget, posargs: Sequence[str]) -> EngineOptions
                 raise EngineSessionError(f"--tree {value}: not a directory")
         elif arg == f"--{target.name}-from-interpreter":
             from_interpreter = True
+        elif arg in ("-h", "--help"):
+            return EngineOptions(version, from_interpreter, tree, (), show_usage=True)
         else:
             rest.append(arg)
     if not from_interpreter and not re.fullmatch(r"\d+(\.\d+)*([a-z0-9.+-]*)", version):
@@ -318,6 +340,9 @@ def run_session(session: Any, target: EngineTarget) -> None:
     started = time.monotonic()
     try:
         options = parse_options(target, session.posargs)
+        if options.show_usage:
+            session.log(usage(target))
+            session.skip("usage shown; nothing installed")
         python = str(Path(session.bin) / "python")
         if options.from_interpreter:
             reach_interpreter(python)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conformance.ci import engine_junit
-from conformance.ci.engine_session import EngineSessionError, parse_options
+from conformance.ci.engine_session import EngineSessionError, parse_options, usage
 from conformance.engines.target import VLLM
 
 
@@ -24,6 +24,16 @@ def test_session_arguments(tmp_path: Path) -> None:
     assert (options.version, options.tree, options.pytest_args) == ("0.34.0", tmp_path, ("-x",))
     assert parse_options(VLLM, ["--vllm-from-interpreter"]).from_interpreter
     assert parse_options(VLLM, []).version == VLLM.default_version
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_help_shows_usage_and_passes_nothing_to_pytest(flag: str) -> None:
+    options = parse_options(VLLM, ["--vllm-version", "0.34.0", flag, "-x"])
+    assert options.show_usage and options.pytest_args == ()
+    assert not parse_options(VLLM, ["-x"]).show_usage
+    text = usage(VLLM)
+    for option in ("--vllm-version X", "--vllm-from-interpreter", "--tree PATH", "0.35.0"):
+        assert option in text
 
 
 @pytest.mark.parametrize(
