@@ -22,7 +22,8 @@ from typing import Any
 from conformance.audit.definition import CamDefinition
 from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
-from conformance.audit.usage import CAM_NAME
+from conformance.audit.reach import ScopeGraph, families, reached_from
+from conformance.audit.usage import CAM_NAME, PREFILL_ONLY
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,11 @@ def consumers(index: Index) -> dict[str, list[str]]:
         for module in index.names_of[number][:1]:
             for name, info in facts["classes"].items():
                 if info["cam"]:  # inherited needs are their base's, listed under the base
-                    table[f"{module}.{name}"] = sorted({f for v in info["cam"].values() for f in v})
+                    table[f"{module}.{name}"] = sorted(
+                        {_field(f) for v in info["cam"].values() for f in v}
+                    )
             for name, info in facts["functions"].items():
-                table[f"{module}.{name}"] = info["cam"]
+                table[f"{module}.{name}"] = sorted({_field(f) for f in info["cam"]})
     return table
 
 
@@ -137,21 +140,71 @@ def audit_sites(index: Index, defs: Definitions) -> list[Finding]:
     for number, _, definition, site in iter_sites(index, defs):
         facts = index.facts(number)
         module = (index.names_of[number] or [""])[0]
-        refs = facts["refs"].get(site.qualname, [])
-        reached = index.reached(module, refs, "cam") or index.reached(
-            module, facts["refs"].get("<file>", []), "cam"
-        )
-        table = {f"{t.module}.{t.name}": _needs(index, t) for t in reached} if reached else {}
-        findings += check_site(site, definition, table, index.entries[number])
+        table, reasons = site_needs(index, module, facts, site.qualname)
+        findings += check_site(site, definition, table, index.entries[number], reasons)
     return findings
 
 
-def _needs(index: Index, target: Target) -> list[str]:
-    return sorted({f for v in index.by_method(target, "cam").values() for f in v})
+def _field(need: str) -> str:
+    return need.split(PREFILL_ONLY, 1)[0]
+
+
+def decode_only(facts: dict[str, Any], qualname: str) -> bool:
+    """Whether a site in `qualname` builds speculative-verification batches: its scope, its
+    callees or its callers configure speculative decoding, so its batches are decodes."""
+    scopes = set().union(*list(ScopeGraph(facts).rings(qualname))[:2])
+    return bool(scopes & set(facts.get("speculative", ())))
+
+
+def site_needs(
+    index: Index, module: str, facts: dict[str, Any], qualname: str
+) -> tuple[dict[str, list[str]], list[str]]:
+    """Consumer method (``Class.method``) → the fields it needs, for the consumers a site in
+    `qualname` reaches, and why each is reached. Fields read on the prefill path only are
+    left out for a decode-only site (`decode_only`)."""
+    table, reasons = _site_table(index, module, facts, qualname)
+    decodes = any(PREFILL_ONLY in f for fields in table.values() for f in fields) and decode_only(
+        facts, qualname
+    )
+    return {
+        consumer: [_field(f) for f in fields if not (decodes and PREFILL_ONLY in f)]
+        for consumer, fields in table.items()
+    }, reasons
+
+
+def _site_table(
+    index: Index, module: str, facts: dict[str, Any], qualname: str
+) -> tuple[dict[str, list[str]], list[str]]:
+    table: dict[str, list[str]] = {}
+    reasons: list[str] = []
+    reached = reached_from(index, module, facts, qualname, "cam")
+    for one in reached:
+        if one.runtime:
+            continue
+        for method, fields in index.by_method(one.target, "cam").items():
+            if one.method is None or method == one.method:
+                _, definer = index.method_self(one.target, method)
+                table.setdefault(f"{(definer or one.target).name}.{method}", []).extend(fields)
+        reasons.append(one.how)
+    runtime = [r for r in reached if r.runtime]
+    for base, count in families(index, runtime, "cam"):
+        if count < len(runtime):
+            continue  # needed by some candidates only: the choice is the caller's
+        for method, fields in index.class_facts(base)["cam"].items():  # type: ignore[index]
+            table.setdefault(f"{base.name}.{method}", []).extend(fields)
+        reasons.append(
+            f"{base.name}, run by every one of the {count} consumers that "
+            f"{runtime[0].how.split(' (any member')[0]} may choose at run time"
+        )
+    return table, reasons
 
 
 def check_site(
-    site: ConstructionSite, definition: CamDefinition, table: dict[str, list[str]], entry: Any
+    site: ConstructionSite,
+    definition: CamDefinition,
+    table: dict[str, list[str]],
+    entry: Any,
+    reasons: list[str] | None = None,
 ) -> list[Finding]:
     """The findings of one site, given the consumers it reaches and what they need."""
     where = f"{CAM_NAME}(...) in {site.qualname}"
@@ -160,7 +213,8 @@ def check_site(
     for consumer, fields in sorted(table.items()):
         for name in fields:
             if name in definition.fields and name not in definition.required:
-                by_field.setdefault(name, consumer.rsplit(".", 1)[-1])
+                by_field.setdefault(name, consumer)
+    reached = f"; reached: {'; '.join(reasons)}" if reasons else ""
     findings: list[Finding] = []
 
     def add(code: str, message: str, names: list[str]) -> None:
@@ -205,14 +259,16 @@ def check_site(
     if parts:
         add(
             "CAM001",
-            " and ".join(parts) + f" (definition at {definition.source})",
+            " and ".join(parts)
+            + f" (definition at {definition.source}{reached if absent_needed or nones else ''})",
             [*absent_required, *absent_needed, *(nones if not entry.is_support else [])],
         )
     if nones and entry.is_support:
         add(
             "CAM006",
             "passes None on purpose for "
-            + join_names(f"{n} (read by {by_field[n]})" for n in nones),
+            + join_names(f"{n} (read by {by_field[n]})" for n in nones)
+            + (f" ({reached[2:]})" if reached else ""),
             nones,
         )
     deprecated = [n for n in dict.fromkeys(site.passed) if n in definition.deprecated]

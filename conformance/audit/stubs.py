@@ -27,6 +27,7 @@ from typing import Any
 from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
 from conformance.audit.protocol import LayerProtocol
+from conformance.audit.reach import ScopeGraph, ancestors, families, reached_from
 
 LAYER_BASE = "AttentionLayerBase"
 
@@ -114,45 +115,111 @@ class StubJudge:
         attrs, unknown = self.index.attributes(target, instance=instance)
         return target, attrs | set(shape["attrs"]), unknown
 
+    def _patched(self, module: str, facts: dict, qualname: str) -> set[tuple[str, str]]:
+        """(class key, method or ``*``) replaced in the stub's scope, its callers and callees,
+        or at module level: their bodies never run there."""
+        graph = ScopeGraph(facts)
+        scopes = {"<module>"} | set().union(*list(graph.rings(qualname))[:2])
+        found: set[tuple[str, str]] = set()
+        for scope in scopes:
+            for ref, method, absolute in facts["patched"].get(scope, []):
+                owner = (
+                    self.index.resolve_absolute(ref)
+                    if absolute
+                    else self.index.resolve_dotted(module, ref)
+                )
+                if owner is not None and owner.kind == "class":
+                    found.add((owner.key, method))
+        return found
+
+    def _reads(
+        self,
+        builder: Target,
+        only: str | None,
+        shape: dict,
+        target: Target | None,
+        patched: set[tuple[str, str]],
+        needs: dict[str, set[str]],
+    ) -> None:
+        """Add what `builder` (its method `only`, else all) requires of this stub."""
+        keys = {a.key for a in ancestors(self.index, builder)}
+        for method, reads in self.index.by_method(builder, "layer").items():
+            if only is not None and method != only:
+                continue
+            if any(k in keys and m in (method, "*") for k, m in patched):
+                continue  # replaced by the test: its body never runs
+            _, definer = self.index.method_self(builder, method)
+            reader = f"{(definer or builder).name}.{method}"
+            for path, kind, scope in reads:
+                if scope == "first" and not shape.get("first", True):
+                    continue  # read from the group's first layer only
+                if kind is None or (
+                    target is not None and self.index.is_subclass(target, kind.rsplit(".", 1)[-1])
+                ):
+                    needs.setdefault(path, set()).add(reader)
+
     def _requirements(
-        self, number: int, module: str, facts: dict, shape: dict, target: Target | None
-    ) -> tuple[set[str], list[str]] | None:
+        self,
+        module: str,
+        facts: dict,
+        shape: dict,
+        target: Target | None,
+        attrs: set[str],
+    ) -> tuple[dict[str, set[str]], list[str]] | None:
+        """Required path → who reads it, and why those readers are reached; None when the
+        stub reaches no builder."""
         if self.protocol is not None:
-            return set(self.protocol.attributes), [self.protocol.source]
-        builders = self.index.reached(module, facts["refs"].get(shape["q"], []), "layer")
-        builders = builders or self.index.reached(module, facts["refs"].get("<file>", []), "layer")
-        if not builders:
+            source = self.protocol.source
+            return {p: {source} for p in self.protocol.attributes}, [f"protocol {source}"]
+        reached = reached_from(self.index, module, facts, shape["q"], "layer")
+        if not reached:
             return None
-        paths: set[str] = set()
-        for builder in builders:
-            for reads in self.index.by_method(builder, "layer").values():
-                for path, kind in reads:
-                    if kind is None or (
-                        target is not None
-                        and self.index.is_subclass(target, kind.rsplit(".", 1)[-1])
-                    ):
-                        paths.add(path)
-        return paths, [b.name for b in builders]
+        patched = self._patched(module, facts, shape["q"])
+        needs: dict[str, set[str]] = {}
+        reasons: list[str] = []
+        for one in reached:
+            if not one.runtime:
+                self._reads(one.target, one.method, shape, target, patched, needs)
+                reasons.append(one.how)
+        runtime = [r for r in reached if r.runtime]
+        for base, count in families(self.index, runtime, "layer"):
+            own = self.index.class_facts(base)["layer"]  # type: ignore[index]
+            if not {p.split(".")[0] for reads in own.values() for p, *_ in reads} & attrs:
+                continue  # the stub is not written for this family
+            for method in own:
+                self._reads(base, method, shape, target, patched, needs)
+            reasons.append(
+                f"{base.name}, run by {count} of the {len(runtime)} builders that "
+                f"{runtime[0].how.split(' (any member')[0]} may choose at run time"
+            )
+        if runtime and not reasons:
+            return None
+        return needs, reasons
 
     def _store(self, number: int, module: str, facts: dict, shape: dict) -> list[Finding]:
         classified = self._classify(number, module, shape)
         if classified is None:
             return []
         target, attrs, unknown = classified
-        needed = self._requirements(number, module, facts, shape, target)
+        if shape.get("dynamic"):
+            unknown = "attributes set under computed names"
+        needed = self._requirements(module, facts, shape, target, attrs)
         if needed is None:
             self.unreached += 1
             return []
         self.judged += 1
-        paths, builders = needed
+        needs, reasons = needed
         stored = "stored in static_forward_context"
         if shape["store"] != shape["line"]:
             stored += f" at line {shape['store']}"
         where = f"layer stub {shape['label']} {stored} in {shape['q']}"
-        against = f"(read by {join_names(sorted(set(builders)))})"
         findings: list[Finding] = []
         if unknown is None:
-            missing = _missing({**shape, "attrs": attrs}, _tree(paths))
+            missing = _missing({**shape, "attrs": attrs}, _tree(set(needs)))
+            readers = sorted(
+                {r for m in missing for r in needs.get(m, needs.get(m.split(".")[0], ()))}
+            )
+            against = f"(read by {join_names(readers)}; reached: {'; '.join(reasons)})"
             if missing and shape["unpacked"]:
                 findings.append(
                     self._finding(
@@ -189,8 +256,8 @@ class StubJudge:
         return findings
 
     def _standin(self, number: int, module: str, shape: dict) -> list[Finding]:
-        if shape["init"] or shape["var"] is None:
-            return []
+        if shape["init"] or shape["var"] is None or shape.get("dynamic"):
+            return []  # initialised, unused, or given attributes under computed names
         target = self.index.resolve_dotted(module, shape["cls"])
         if target is None or target.kind != "class":
             return []
