@@ -16,13 +16,15 @@ guessed).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from conformance.audit.definition import CamDefinition
 from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
+from conformance.audit.measured import Measured, site_kinds
 from conformance.audit.reach import ScopeGraph, families, reached_from
+from conformance.audit.transforms import transformation, transformation_needs
 from conformance.audit.usage import CAM_NAME, PREFILL_ONLY
 
 
@@ -134,13 +136,23 @@ def iter_sites(
             yield number, raw, definition, site
 
 
-def audit_sites(index: Index, defs: Definitions) -> list[Finding]:
+def audit_sites(index: Index, defs: Definitions, measured: Measured | None = None) -> list[Finding]:
     """The findings of every construction site (noqa is applied by the caller)."""
     findings: list[Finding] = []
     for number, _, definition, site in iter_sites(index, defs):
         facts = index.facts(number)
         module = (index.names_of[number] or [""])[0]
-        table, reasons = site_needs(index, module, facts, site.qualname)
+        method = transformation(site.qualname)
+        seen = measured.dropped(method) if measured and method else None
+        if seen is not None:
+            table, reasons = seen
+            lost = {f for fields in table.values() for f in fields}
+            site = replace(site, passed=tuple(p for p in site.passed if p not in lost))
+        elif method:
+            # a transformation nothing calls is checked for the required fields only
+            table, reasons = transformation_needs(index, method) or ({}, [])
+        else:
+            table, reasons = site_needs(index, module, facts, site.qualname, measured)
         findings += check_site(site, definition, table, index.entries[number], reasons)
     return findings
 
@@ -157,15 +169,22 @@ def decode_only(facts: dict[str, Any], qualname: str) -> bool:
 
 
 def site_needs(
-    index: Index, module: str, facts: dict[str, Any], qualname: str
+    index: Index,
+    module: str,
+    facts: dict[str, Any],
+    qualname: str,
+    measured: Measured | None = None,
 ) -> tuple[dict[str, list[str]], list[str]]:
     """Consumer method (``Class.method``) → the fields it needs, for the consumers a site in
     `qualname` reaches, and why each is reached. Fields read on the prefill path only are
     left out for a decode-only site (`decode_only`)."""
-    table, reasons = _site_table(index, module, facts, qualname)
-    decodes = any(PREFILL_ONLY in f for fields in table.values() for f in fields) and decode_only(
-        facts, qualname
-    )
+    decodes = decode_only(facts, qualname)
+    table, reasons = _site_table(index, module, facts, qualname, measured, site_kinds(decodes))
+    if decodes and any(PREFILL_ONLY in f for fields in table.values() for f in fields):
+        reasons.append(
+            "its batches are decodes (it sets up speculative decoding), so reads on the "
+            "prefill path only are not required"
+        )
     return {
         consumer: [_field(f) for f in fields if not (decodes and PREFILL_ONLY in f)]
         for consumer, fields in table.items()
@@ -173,7 +192,12 @@ def site_needs(
 
 
 def _site_table(
-    index: Index, module: str, facts: dict[str, Any], qualname: str
+    index: Index,
+    module: str,
+    facts: dict[str, Any],
+    qualname: str,
+    measured: Measured | None,
+    kinds: tuple[str, ...],
 ) -> tuple[dict[str, list[str]], list[str]]:
     table: dict[str, list[str]] = {}
     reasons: list[str] = []
@@ -181,17 +205,20 @@ def _site_table(
     for one in reached:
         if one.runtime:
             continue
+        reasons.append(one.how)
+        if measured and measured.field_needs(one.target, kinds, table):
+            continue
         for method, fields in index.by_method(one.target, "cam").items():
             if one.method is None or method == one.method:
                 _, definer = index.method_self(one.target, method)
                 table.setdefault(f"{(definer or one.target).name}.{method}", []).extend(fields)
-        reasons.append(one.how)
     runtime = [r for r in reached if r.runtime]
     for base, count in families(index, runtime, "cam"):
         if count < len(runtime):
             continue  # needed by some candidates only: the choice is the caller's
-        for method, fields in index.class_facts(base)["cam"].items():  # type: ignore[index]
-            table.setdefault(f"{base.name}.{method}", []).extend(fields)
+        if not (measured and measured.field_needs(base, kinds, table, exact=True)):
+            for method, fields in index.class_facts(base)["cam"].items():  # type: ignore[index]
+                table.setdefault(f"{base.name}.{method}", []).extend(fields)
         reasons.append(
             f"{base.name}, run by every one of the {count} consumers that "
             f"{runtime[0].how.split(' (any member')[0]} may choose at run time"

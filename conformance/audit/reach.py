@@ -155,9 +155,7 @@ def reached_from(
     for ring in graph.rings(qualname):
         found: dict[str, Reached] = {}
         for scope in sorted(ring, key=lambda q: (q != qualname, q)):
-            where = scope if scope == qualname else f"{scope} (calls or is called by {qualname})"
-            if scope == qualname:
-                where = qualname
+            where = scope if scope == qualname else f"{scope}, on {qualname}'s call chain"
             for reached in from_refs(index, module, graph.names(scope), table, where):
                 found.setdefault(reached.target.key + (reached.method or ""), reached)
         if found:

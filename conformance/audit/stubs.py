@@ -26,6 +26,7 @@ from typing import Any
 
 from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
+from conformance.audit.measured import Measured
 from conformance.audit.protocol import LayerProtocol
 from conformance.audit.reach import ScopeGraph, ancestors, families, reached_from
 
@@ -56,9 +57,12 @@ def _missing(shape: dict[str, Any], required: dict[str, dict], prefix: str = "")
 class StubJudge:
     """Judges the stubs of one index."""
 
-    def __init__(self, index: Index, protocol: LayerProtocol | None) -> None:
+    def __init__(
+        self, index: Index, protocol: LayerProtocol | None, measured: Measured | None = None
+    ) -> None:
         self.index = index
         self.protocol = protocol
+        self.measured = measured
         self.judged = 0
         self.unreached = 0
 
@@ -158,6 +162,15 @@ class StubJudge:
                 ):
                     needs.setdefault(path, set()).add(reader)
 
+    def _examples(self, module: str, facts: dict, shape: dict, missing: list[str]) -> list[str]:
+        """One measured error for the missing attributes, when the facts hold one."""
+        for one in reached_from(self.index, module, facts, shape["q"], "layer"):
+            for target in (one.target, *ancestors(self.index, one.target)):
+                text = self.measured.example(target, missing) if self.measured else ""
+                if text:
+                    return [f"measured: {text}"]
+        return []
+
     def _requirements(
         self,
         module: str,
@@ -165,36 +178,45 @@ class StubJudge:
         shape: dict,
         target: Target | None,
         attrs: set[str],
-    ) -> tuple[dict[str, set[str]], list[str]] | None:
-        """Required path → who reads it, and why those readers are reached; None when the
+    ) -> tuple[dict[str, set[str]], dict[str, str]] | None:
+        """Required path → who reads it, and reader → why it is reached; None when the
         stub reaches no builder."""
         if self.protocol is not None:
             source = self.protocol.source
-            return {p: {source} for p in self.protocol.attributes}, [f"protocol {source}"]
+            return {p: {source} for p in self.protocol.attributes}, {source: f"protocol {source}"}
         reached = reached_from(self.index, module, facts, shape["q"], "layer")
         if not reached:
             return None
         patched = self._patched(module, facts, shape["q"])
         needs: dict[str, set[str]] = {}
-        reasons: list[str] = []
+        why: dict[str, str] = {}
+        first = shape.get("first", True)
+        judged = False
+
+        def judge(builder: Target, methods: list[str | None], reason: str) -> None:
+            if not (self.measured and self.measured.stub_needs(builder, first, needs)):
+                for method in methods:
+                    self._reads(builder, method, shape, target, patched, needs)
+            for readers in needs.values():
+                for reader in readers:
+                    why.setdefault(reader, reason)
+
         for one in reached:
             if not one.runtime:
-                self._reads(one.target, one.method, shape, target, patched, needs)
-                reasons.append(one.how)
+                judge(one.target, [one.method], one.how)
+                judged = True
         runtime = [r for r in reached if r.runtime]
         for base, count in families(self.index, runtime, "layer"):
             own = self.index.class_facts(base)["layer"]  # type: ignore[index]
             if not {p.split(".")[0] for reads in own.values() for p, *_ in reads} & attrs:
                 continue  # the stub is not written for this family
-            for method in own:
-                self._reads(base, method, shape, target, patched, needs)
-            reasons.append(
-                f"{base.name}, run by {count} of the {len(runtime)} builders that "
+            reason = (
+                f"{base.name} is run by {count} of the {len(runtime)} builders that "
                 f"{runtime[0].how.split(' (any member')[0]} may choose at run time"
             )
-        if runtime and not reasons:
-            return None
-        return needs, reasons
+            judge(base, list(own), reason)
+            judged = True
+        return (needs, why) if judged else None
 
     def _store(self, number: int, module: str, facts: dict, shape: dict) -> list[Finding]:
         classified = self._classify(number, module, shape)
@@ -208,7 +230,7 @@ class StubJudge:
             self.unreached += 1
             return []
         self.judged += 1
-        needs, reasons = needed
+        needs, why = needed
         stored = "stored in static_forward_context"
         if shape["store"] != shape["line"]:
             stored += f" at line {shape['store']}"
@@ -219,6 +241,9 @@ class StubJudge:
             readers = sorted(
                 {r for m in missing for r in needs.get(m, needs.get(m.split(".")[0], ()))}
             )
+            reasons = list(dict.fromkeys(why[r] for r in readers))
+            if self.measured is not None:
+                reasons = [*self._examples(module, facts, shape, missing), *reasons]
             against = f"(read by {join_names(readers)}; reached: {'; '.join(reasons)})"
             if missing and shape["unpacked"]:
                 findings.append(
