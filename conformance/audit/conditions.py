@@ -51,7 +51,14 @@ def decides(test: ast.AST, derived: set[str]) -> bool:
 
 
 def _target_names(target: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    """The local names an assignment target binds (not ``self`` of ``self.x = ...``)."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_target_names(e) for e in target.elts)) if target.elts else set()
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    return set()
 
 
 def derived_names(func: ast.AST, seed: set[str]) -> set[str]:

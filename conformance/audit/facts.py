@@ -17,7 +17,7 @@ from conformance.audit import reach_facts, usage
 from conformance.audit.astutil import constant_str, dotted, iter_scopes, terminal
 from conformance.audit.definition import definition_facts
 
-FACTS_VERSION = 12
+FACTS_VERSION = 13
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)

@@ -106,9 +106,18 @@ class ScopeGraph:
 
     def names(self, qualname: str) -> list[str]:
         """The dotted names `qualname` loads, module-level names expanded to their values."""
+        return [r for refs in self.origins(qualname).values() for r in refs]
+
+    def origins(self, qualname: str) -> dict[str, list[str]]:
+        """Where each name `qualname` loads is written: the scope itself, or a module-level
+        name it uses (``BUILDER = Enum.MEMBER.get_builder_cls()``)."""
         own = self.refs.get(qualname, [])
-        extra = [r for name in own for r in self.globals.get(name.split(".", 1)[0], [])]
-        return [*own, *extra]
+        found = {qualname: own}
+        for name in own:
+            head = name.split(".", 1)[0]
+            if head in self.globals and qualname != "<module>":
+                found[f"module-level {head}, used in {qualname}"] = self.globals[head]
+        return found
 
     def _callees(self, qualname: str) -> set[str]:
         owner = qualname.rsplit(".", 1)[0] if "." in qualname else None
@@ -155,9 +164,10 @@ def reached_from(
     for ring in graph.rings(qualname):
         found: dict[str, Reached] = {}
         for scope in sorted(ring, key=lambda q: (q != qualname, q)):
-            where = scope if scope == qualname else f"{scope}, on {qualname}'s call chain"
-            for reached in from_refs(index, module, graph.names(scope), table, where):
-                found.setdefault(reached.target.key + (reached.method or ""), reached)
+            for origin, refs in graph.origins(scope).items():
+                where = origin if scope == qualname else f"{origin}, on {qualname}'s call chain"
+                for reached in from_refs(index, module, refs, table, where):
+                    found.setdefault(reached.target.key + (reached.method or ""), reached)
         if found:
             return list(found.values())
     return []

@@ -170,6 +170,15 @@ def consumer_needs(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str] | 
     }
     if not params:
         return None
+    for node in ast.walk(func):  # ``cam = common_attn_metadata``: another name for it
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in params
+        ):
+            params.add(node.targets[0].id)
     aliases: dict[str, str] = {}
     for node in ast.walk(func):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
