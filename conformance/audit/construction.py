@@ -24,7 +24,7 @@ from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
 from conformance.audit.measured import Measured, site_kinds
 from conformance.audit.reach import ScopeGraph, families, reached_from
-from conformance.audit.transforms import transformation, transformation_needs
+from conformance.audit.transforms import callers, transformation, transformation_needs
 from conformance.audit.usage import CAM_NAME, PREFILL_ONLY
 
 
@@ -143,7 +143,7 @@ def audit_sites(index: Index, defs: Definitions, measured: Measured | None = Non
         facts = index.facts(number)
         module = (index.names_of[number] or [""])[0]
         method = transformation(site.qualname)
-        seen = measured.dropped(method) if measured and method else None
+        seen = measured.dropped(method) if measured and method and callers(index, method) else None
         if seen is not None:
             table, reasons = seen
             lost = {f for fields in table.values() for f in fields}
