@@ -7,10 +7,11 @@ definition it resolves to (else the tree's first), and against the record's *con
 functions and builder methods taking the record (a ``CommonAttentionMetadata``-annotated
 or ``common_attn_metadata`` parameter) and dereferencing or asserting a field
 (`usage.consumer_needs`). A field with a default is needed only when a consumer the site
-reaches needs it: one named in the site's function (or, failing that, its file), directly
-or as the builder a named backend returns, or every backend of a registry enum it names;
-a site that reaches no consumer is checked for the required fields only (nothing is
-guessed).
+reaches (`reach`) needs it; for a run-time choice among a registry's builders, only when
+every candidate needs it; for a decode-only site, not when it is read on the prefill path
+only. A transformation of the record (`transforms`) is judged against every builder's
+``build``. A site that reaches no consumer is checked for the required fields only
+(nothing is guessed).
 """
 
 from __future__ import annotations

@@ -8,12 +8,14 @@ of a core class of the tree (the real layer) or of a class outside it is the rea
 a stand-in of a core class that is not an ``AttentionLayerBase`` (a fused-MoE layer, say)
 is a non-attention layer: neither is a layer stub.
 
-A layer stub is judged against the *builders it reaches*: tree classes whose methods take
-layers out of a context (`usage.layer_reads`), named in the storing function (else its
-file), directly or as what a named backend's ``get_builder_cls`` returns or a registry
-enum member names. A stub reaching no builder is not judged. Reads through
+A layer stub is judged against the *builders it reaches* (`reach`): tree classes whose
+methods take layers out of a context (`usage.layer_reads`). A builder chosen at run time
+from a registry enum is judged by the family base the stub is written for (`reach.families`).
+A stub reaching no builder is not judged; neither are the bodies of methods the test
+replaces, nor first-layer reads for a later layer. Reads through
 ``get_layers_from_vllm_config(cfg, Type)`` count only for stubs of a ``Type`` subclass.
-With a protocol (``--protocol FILE``), every layer stub is judged against it instead.
+With a protocol (``--protocol FILE``), every layer stub is judged against it instead; with
+measured facts (`measured`), by what the real builders were seen to require.
 
 *Stand-ins* ``x = object.__new__(Cls)`` skip ``__init__``: the attributes the methods
 called on ``x`` (and ``x``'s direct reads) use, that ``Cls``'s methods would set, must be
