@@ -91,15 +91,19 @@ def _reach_interpreter_site(session: nox.Session) -> None:
     Path(purelib, "_nox_interpreter_site.pth").write_text(paths, encoding="utf-8")
 
 
-def _gpu_install(session: nox.Session) -> None:
-    """The base set over the interpreter's torch; the CPU set where it has none."""
+TESTS_WITHOUT_TORCH = "so the tests are collected and reported skipped with the reason"
+
+
+def _gpu_install(session: nox.Session, without_torch: str = TESTS_WITHOUT_TORCH) -> None:
+    """The base set over the interpreter's torch; the CPU set where it has none (the log
+    line says what for: `without_torch`)."""
     _reach_interpreter_site(session)
     if _has_torch(session):
         _install(session, GPU)
         return
     session.log(
         f"{sys.executable} has no torch (a GPU machine brings its vendor build): installing "
-        f"{CPU} so the tests are collected and reported skipped with the reason"
+        f"{CPU} {without_torch}"
     )
     _install(session, CPU)
 
@@ -222,10 +226,13 @@ def goldens(session: nox.Session) -> None:
     session.run(_python(session), "-m", "conformance.goldens", "generate", *session.posargs)
 
 
+BENCH_WITHOUT_TORCH = "so the planner benchmark runs (the decode benchmark says it needs CUDA)"
+
+
 @nox.session(**GPU_SESSION)  # no backend tag: the CI matrix (`nox --json -l -t cpu gpu`) skips it
 def bench(session: nox.Session) -> None:
     """Planner benchmark (CPU), then the Triton decode benchmark (needs CUDA; says so if not)."""
-    _gpu_install(session)
+    _gpu_install(session, BENCH_WITHOUT_TORCH)
     session.run(_python(session), "-m", "benchmarks.bench_planner")
     session.run(_python(session), "-m", "benchmarks.bench_decode", *session.posargs)
 

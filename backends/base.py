@@ -10,16 +10,20 @@ from typing import Any, ClassVar
 
 import torch
 
+from conformance.applicability import (
+    AITER_V1,
+    NOT_APPLICABLE,  # noqa: F401 (re-exported for plug-ins)
+    Declaration,
+    dtype_label,
+    dtype_reason,
+    plan_reason,
+)
 from conformance.metadata.dims import DEEPSEEK_R1, ModelConfig
 from conformance.metadata.record import CommonAttentionMetadata
 from conformance.numerics.fp8 import is_fp8
 from conformance.persistent.plan import WorkPlan
 
-AITER_V1 = "aiter-v1"
-"""The plan format of AITER's ``get_mla_metadata_v1`` buffers (`conformance.persistent`)."""
 PLAN_FORMATS: tuple[str, ...] = (AITER_V1,)
-NOT_APPLICABLE = "not applicable: "
-"""How the reason of a test that does not apply to a backend's declaration begins."""
 
 
 @dataclass(frozen=True)
@@ -90,22 +94,36 @@ class PrefillMetadata:
 
 @dataclass
 class DecodeMetadata:
-    """The decode rows of a batch, with the paged-KV CSR lists and the work plan."""
+    """The decode rows of a batch, with the paged-KV CSR lists and the work plan.
+
+    **Padded rows.** A batch may end in padded rows (CUDA-graph padding: query length 0,
+    kv length 0). They count in `num_decodes` and in the per-row fields (`query_start_loc`,
+    `seq_lens`, `block_table`), but the paged-KV CSR lists (`kv_indptr`, `kv_indices`,
+    `kv_last_page_lens`) stop at the last row with a query token: they describe
+    `num_requests` requests, and ``num_requests <= num_decodes``. Loop over
+    ``range(decode.num_requests)`` when reading the CSR lists; rows from `num_requests` on
+    have no query token and produce no output.
+    """
 
     num_decodes: int
+    """Decode rows, padded rows included."""
     num_decode_tokens: int
     max_query_len: int
     max_seq_len: int
     query_start_loc: torch.Tensor
+    """int32 [num_decodes + 1]: query token offsets of every row (padded rows: empty)."""
     query_start_loc_cpu: torch.Tensor
+    """`query_start_loc` on the CPU."""
     seq_lens: torch.Tensor
+    """int32 [num_decodes]: kv tokens of every row, new ones included (padded rows: 0)."""
     block_table: torch.Tensor
+    """int32 [num_decodes, max_blocks]: pages of every row (CAM style)."""
     kv_indptr: torch.Tensor
-    """int32 [num_decodes + 1]: prefix sums of pages per request."""
+    """int32 [num_requests + 1]: prefix sums of pages per request (padded rows excluded)."""
     kv_indices: torch.Tensor
     """int32 [total pages]: physical page ids, request after request."""
     kv_last_page_lens: torch.Tensor
-    """int32 [num_decodes]: valid tokens in each request's last page."""
+    """int32 [num_requests]: valid tokens in each request's last page."""
     page_size: int
     causal: bool = True
     """Causal mask across the query tokens of each request."""
@@ -115,6 +133,16 @@ class DecodeMetadata:
     """The exact arguments given to the planner (for differential replay)."""
     scheduler: Any = None
     """A plan-free backend's own scheduler metadata (FlashInfer's planned wrapper, say)."""
+
+    @property
+    def num_requests(self) -> int:
+        """Requests the CSR lists describe: `num_decodes` minus the trailing padded rows."""
+        return int(self.kv_indptr.numel()) - 1
+
+    @property
+    def num_padded_rows(self) -> int:
+        """Trailing padded rows: rows past the CSR lists (query length 0, no output)."""
+        return self.num_decodes - self.num_requests
 
 
 @dataclass(frozen=True)
@@ -139,11 +167,6 @@ def csr_arguments(decode: DecodeMetadata) -> dict[str, Any]:
         "page_size": decode.page_size,
         "causal": decode.causal,
     }
-
-
-def dtype_label(dtype: torch.dtype) -> str:
-    """Short name of a q/KV dtype: ``bf16``, ``e4m3fn``, ``e4m3fnuz``."""
-    return "bf16" if dtype == torch.bfloat16 else str(dtype).removeprefix("torch.float8_")
 
 
 def require_plan(decode: DecodeMetadata) -> WorkPlan:
@@ -220,33 +243,16 @@ class Backend(ABC):
     """Run only the golden cases marked tiny (an interpreter is slow)."""
 
     def declaration(self) -> str:
-        """The declaration in words, e.g. ``plan_format=None, q_dtypes=(bf16,), ...``."""
-        q = ", ".join(map(dtype_label, self.q_dtypes))
-        kv = ", ".join(map(dtype_label, self.kv_dtypes))
-        return (
-            f"plan_format={self.plan_format}, q_dtypes=({q}), kv_dtypes=({kv}), "
-            f"numerics={self.numerics}"
-        )
+        """The declaration in words, e.g. ``plan_format=None, q_dtypes=(bf16), ...``."""
+        return Declaration.of(self).words()
 
     def plan_contract_skip(self) -> str | None:
         """Why the plan contract does not apply (None: it applies)."""
-        if self.plan_format == AITER_V1:
-            return None
-        return f"{NOT_APPLICABLE}{self.name} declares plan_format={self.plan_format}"
+        return plan_reason(Declaration.of(self))
 
     def dtype_skip(self, q_dtype: torch.dtype, kv_dtype: torch.dtype) -> str | None:
         """Why a batch of these dtypes is not applicable (None: the backend takes it)."""
-        for what, dtype, claimed in (
-            ("q", q_dtype, self.q_dtypes),
-            ("kv", kv_dtype, self.kv_dtypes),
-        ):
-            if dtype not in claimed:
-                names = ", ".join(map(dtype_label, claimed))
-                return (
-                    f"{NOT_APPLICABLE}{self.name} declares {what}_dtypes=({names}), "
-                    f"the case has {what} {dtype_label(dtype)}"
-                )
-        return None
+        return dtype_reason(Declaration.of(self), dtype_label(q_dtype), dtype_label(kv_dtype))
 
     def check_declaration(self) -> list[str]:
         """Problems of the declaration itself (empty when it is valid)."""

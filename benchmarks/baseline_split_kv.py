@@ -1,7 +1,8 @@
 """The classic two-stage split-KV Triton MLA decode: the comparison baseline of the benchmarks.
 
-Written here from the algorithm's description (research notes perf_anchors.md §3 and
-vllm_mla_interface.md §6; the LightLLM → SGLang → vLLM "grouped" decode), not from its code:
+Written here from the algorithm's description (vLLM's ``vllm/v1/attention/ops/
+triton_decode_attention.py``, adapted from SGLang's ``decode_attention.py`` and LightLLM's
+``gqa_flash_decoding_stage1/2``: the "grouped" decode), not from its code:
 
 - **Stage 1**, grid ``(rows, cdiv(H, 16), splits)``: a program takes 16 query heads of one
   query row and one of a fixed number of kv splits (split ``s`` covers tokens
@@ -174,7 +175,7 @@ def default_num_splits(*, batch_rows: int, num_heads: int, max_seq_len: int, num
 
     ``min(next_pow2(max(1, L // 512)), next_pow2(ceil(4·SMs / (rows · head_blocks))))``:
     long contexts get more splits, but never more than needed to fill the device, since
-    every split adds fp32 scratch traffic (research note perf_anchors.md §3, §7.3).
+    every split adds fp32 scratch traffic (stage 1 writes ``B·H·splits·513`` fp32 partials).
     """
     by_length = triton.next_power_of_2(max(1, max_seq_len // 512))
     programs = batch_rows * math.ceil(num_heads / BLOCK_H)

@@ -1,6 +1,6 @@
 """Roofline arithmetic of MLA decode, and the device ceilings it is measured against.
 
-Counts follow research note perf_anchors.md §1 (DeepSeek-V2/V3/R1 dims: latent 512, rope 64):
+Counts for the absorbed MLA decode of DeepSeek-V2/V3/R1 (arXiv 2405.04434; latent 512, rope 64):
 
 - FLOPs ``= 2·B·s_q·h·L·(576 + 512)``: QKᵀ over 576 dims plus PV over 512, every request
   attending to all ``L`` cached tokens (the causal trim of MTP rows is ignored, < s_q/L).
@@ -21,7 +21,7 @@ ROPE_DIM = 64
 CACHE_DIM = LATENT_DIM + ROPE_DIM
 FLOPS_PER_TOKEN_HEAD = 2 * (CACHE_DIM + LATENT_DIM)  # 2176
 
-# Bytes per cached token of each KV format (perf_anchors.md §1).
+# Bytes per cached token of each KV format: 576 bf16 or 576 e4m3 values (per-tensor scale).
 KV_BYTES_PER_TOKEN: dict[str, int] = {"bf16": 2 * CACHE_DIM, "fp8": CACHE_DIM}
 Q_BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp8": 1}
 

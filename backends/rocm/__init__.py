@@ -1,7 +1,7 @@
 """The ROCm backend: AMD AITER's persistent MLA decode behind the suite's `Backend` interface.
 
-Planning and decoding go through AITER's public Python API (research note
-aiter_persistent_mla.md §1-§3; ``aiter/ops/attention.py`` and ``aiter/mla.py``):
+Planning and decoding go through AITER's public Python API (ROCm/aiter: ``aiter/ops/attention.py``
+for the planner, ``aiter/mla.py`` for ``mla_decode_fwd``):
 
 - sizes: ``aiter.get_mla_metadata_info_v1(B, max_seqlen_qo, H, q_dtype, kv_dtype,
   is_sparse=False, fast_mode=True, intra_batch_mode=False, max_split_per_batch=...)``;

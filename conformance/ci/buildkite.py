@@ -3,8 +3,10 @@ buildkite``), for ``buildkite-agent pipeline upload``.
 
 One command step per backend session × shard on the agent queue of its backend, with a
 timeout and ``reports/junit/*`` as artifacts; then a wait that lets failed jobs through, and
-one release sign-off step over every job's reports. Strings are written as JSON strings,
-which YAML reads unchanged.
+one release sign-off step over every job's reports. Every step runs nox from a virtual
+environment, and the steps on the default (GPU-less) queue take PyTorch's CPU wheels
+(`conformance.ci.runner_env`). Strings are written as JSON strings, which YAML reads
+unchanged.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from conformance.ci.runner_env import CPU_WHEELS_ENV, NOX, SETUP
+
 QUEUES: dict[str, str] = {"cuda": "nvidia", "rocm": "amd"}
 DEFAULT_QUEUE = "default"
-SETUP = "python3 -m pip install -r requirements/tools.txt"
 SIGNOFF_TIMEOUT_MINUTES = 20
 
 
@@ -33,24 +36,27 @@ def steps(jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = []
     for job in jobs:
         posargs = f" -- {job['posargs']}" if job.get("posargs") else ""
-        result.append(
-            {
-                "label": f"conformance {job['name']}",
-                "key": str(job["artifact"]).replace(".", "-"),
-                "command": f"{SETUP} && python3 -m nox -s '{job['session']}'{posargs}",
-                "agents": {"queue": _queue(job)},
-                "timeout_in_minutes": int(job["timeout_minutes"]),
-                "artifact_paths": ["reports/junit/*"],
-            }
-        )
+        queue = _queue(job)
+        step: dict[str, Any] = {
+            "label": f"conformance {job['name']}",
+            "key": str(job["artifact"]).replace(".", "-"),
+            "command": f"{SETUP} && {NOX} -s '{job['session']}'{posargs}",
+            "agents": {"queue": queue},
+            "timeout_in_minutes": int(job["timeout_minutes"]),
+            "artifact_paths": ["reports/junit/*"],
+        }
+        if queue == DEFAULT_QUEUE:
+            step["env"] = dict(CPU_WHEELS_ENV)
+        result.append(step)
     result.append({"wait": None, "continue_on_failure": True})
     result.append(
         {
             "label": "release sign-off",
             "key": "signoff",
             "command": "buildkite-agent artifact download 'reports/junit/*' . && "
-            f"{SETUP} && python3 -m nox -s signoff -- --release",
+            f"{SETUP} && {NOX} -s signoff -- --release",
             "agents": {"queue": DEFAULT_QUEUE},
+            "env": dict(CPU_WHEELS_ENV),
             "timeout_in_minutes": SIGNOFF_TIMEOUT_MINUTES,
             "artifact_paths": ["reports/conformance.xml", "reports/signoff.*"],
         }

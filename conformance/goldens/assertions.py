@@ -7,7 +7,9 @@ declaring the AITER v1 plan format); messages name the case, the field and the f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +28,7 @@ OUTPUT_DTYPES = (torch.bfloat16, torch.float32)
 """Output dtypes accepted from `Backend.decode` (bf16 per the interface; the CPU
 reference returns its fp32 result unrounded)."""
 PLAN_SCALARS = ("num_works", "num_partials", "num_tiles", "fold_ratio", "heads_per_work")
+PADDED_ROWS_DOC = 'docs/plugins.md, "Padded rows"'
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,37 @@ class Capabilities:
         return self.decode_archs is None or case.arch in self.decode_archs
 
 
+@contextmanager
+def padded_rows_explained(case_id: str, what: str, rows: int, requests: int) -> Iterator[None]:
+    """Turn an `IndexError` raised while a batch with padded rows runs into a failure that
+    says what the backend got wrong: it read the CSR lists for every decode row."""
+    __tracebackhide__ = True
+    try:
+        yield
+    except IndexError as exc:
+        if rows == requests:
+            raise
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        raise AssertionError(
+            f"case {case_id}: {what} raised IndexError ({exc}) at {frame.filename}:"
+            f"{frame.lineno}: the batch has {rows} decode rows but {requests} CSR requests "
+            f"(rows past {requests} are padding, see {PADDED_ROWS_DOC}); read kv_indptr, "
+            f"kv_indices and kv_last_page_lens for range(decode.num_requests), not num_decodes"
+        ) from exc
+
+
 def numerics_metadata(
+    backend: Backend, golden: Golden, builder_for: Callable[..., tuple[Any, Callable[[], Any]]]
+) -> tuple[DecodeMetadata, str]:
+    """The decode metadata of the numerics contract, and how it was made (`_metadata`);
+    a builder that indexes past the real requests of a padded batch fails naming them."""
+    case = golden.case
+    rows, requests = case.batch + case.pad_rows, case.batch
+    with padded_rows_explained(case.id, "the builder", rows, requests):
+        return _metadata(backend, golden, builder_for)
+
+
+def _metadata(
     backend: Backend, golden: Golden, builder_for: Callable[..., tuple[Any, Callable[[], Any]]]
 ) -> tuple[DecodeMetadata, str]:
     """The decode metadata of the numerics contract, and how it was made.
@@ -95,16 +128,20 @@ def numerics_metadata(
 
 
 def run_decode(backend: Backend, golden: Golden, decode: DecodeMetadata) -> tuple:
-    """The backend's decode of a golden batch over its NaN-poisoned cache."""
+    """The backend's decode of a golden batch over its NaN-poisoned cache; a decode that
+    indexes past the CSR lists of a padded batch fails naming the padded rows."""
     device = backend.device
-    return backend.decode(
-        golden.q(device),
-        golden.kv_cache(device),
-        decode,
-        sm_scale=golden.sm_scale,
-        q_scale=golden.q_scale,
-        kv_scale=golden.kv_scale,
-    )
+    with padded_rows_explained(
+        golden.case.id, "the decode", decode.num_decodes, decode.num_requests
+    ):
+        return backend.decode(
+            golden.q(device),
+            golden.kv_cache(device),
+            decode,
+            sm_scale=golden.sm_scale,
+            q_scale=golden.q_scale,
+            kv_scale=golden.kv_scale,
+        )
 
 
 def _over_bound(element: Element, tol: Tolerance) -> float:

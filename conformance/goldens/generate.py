@@ -120,9 +120,15 @@ def _select(only: Sequence[str] | None) -> list[GoldenCase]:
 
 
 def write_set(
-    store: GoldenStore, cases: Sequence[GoldenCase], *, full: bool, echo: Callable[[str], None]
+    store: GoldenStore,
+    cases: Sequence[GoldenCase],
+    *,
+    full: bool,
+    progress: Callable[[str], None] | None = None,
 ) -> SetReport:
     """Generate `cases` into `store`, update its manifest, and report against its old content.
+
+    `progress`, when given, gets one line per case as it is built.
 
     Every golden is built and checked before anything is written, so a refused golden
     leaves the store as it was. With `full` the set becomes exactly the case table (files
@@ -134,7 +140,8 @@ def write_set(
         old_entries = {}
     built: dict[str, GoldenData] = {}
     for case in cases:
-        echo(f"  generating {case.id}")
+        if progress is not None:
+            progress(f"  generating {case.id}")
         built[case.id] = build_golden(case)
     report = SetReport()
     entries: dict[str, ManifestEntry] = {}
@@ -177,7 +184,10 @@ def write_set(
 def check_set(
     store: GoldenStore, cases: Sequence[GoldenCase], *, full: bool, echo: Callable[[str], None]
 ) -> SetReport:
-    """Regenerate `cases` into a temporary directory and compare them with `store`."""
+    """Regenerate `cases` into a temporary directory and compare them with `store`.
+
+    Prints no line per case: the report's summary says what was found.
+    """
     report = SetReport()
     try:
         committed = store.read_manifest().entries
@@ -186,7 +196,7 @@ def check_set(
         echo(f"  {exc}")
     with tempfile.TemporaryDirectory() as tmp:
         fresh_store = GoldenStore(tmp)
-        fresh = write_set(fresh_store, cases, full=True, echo=echo).added
+        fresh = write_set(fresh_store, cases, full=True).added
         fresh_entries = fresh_store.read_manifest().entries
         for case_id in fresh:
             new_entry = fresh_entries[case_id]
@@ -237,7 +247,7 @@ def generate(
         if check:
             report = check_set(store, cases, full=not only, echo=echo)
         else:
-            report = write_set(store, cases, full=not only, echo=echo)
+            report = write_set(store, cases, full=not only, progress=echo)
     except GenerationError as exc:
         echo(f"goldens: FAILED: {exc}")
         return 1

@@ -1,6 +1,7 @@
 """The pytest machinery of a conformance run.
 
 - `plugin`: backend selection and availability gating (``-p conformance.harness.plugin``);
+- `not_applicable`: the only not-applicable skips, from the backend's declaration;
 - `reporting`: the report plugin's hooks (shards, expectations, sidecar, archive);
 - `run_state`: what the report plugin learns during one session;
 - `sidecar`: the ``.meta.json`` beside each JUnit file;

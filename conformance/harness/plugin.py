@@ -1,5 +1,7 @@
 """The suite's pytest plugin: backend selection, availability gating, JUnit properties.
 
+Not-applicable skips come from here alone (`conformance.harness.not_applicable`).
+
 Loaded with ``-p conformance.harness.plugin`` (pyproject's addopts). The backend comes from
 ``--backend NAME`` or ``MLA_CONFORMANCE_BACKEND``; test bodies never name one.
 """
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from backends.base import Availability, Backend
+from conformance.harness import not_applicable
 
 BACKEND_ENV = "MLA_CONFORMANCE_BACKEND"
 CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "tests" / "conformance"
@@ -42,6 +45,9 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     config.stash[backend_name_key] = name
     config.stash[availability_key] = _availability(name)
+    config.stash[not_applicable.DECLARATION_KEY] = not_applicable.declaration_of(name)
+    if not config.pluginmanager.is_registered(not_applicable):
+        config.pluginmanager.register(not_applicable, "mla-not-applicable")
 
 
 def _availability(name: str) -> Availability:
@@ -84,6 +90,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     name = config.stash[backend_name_key]
     avail = config.stash[availability_key]
     skip = pytest.mark.skip(reason=f"backend {name} unavailable: {avail.reason}")
+    declaration = config.stash[not_applicable.DECLARATION_KEY]
     for item in items:
         family = family_of(item)
         if family is None:
@@ -93,6 +100,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.user_properties.append(("family", family))
         if not avail.available:
             item.add_marker(skip)
+        elif declaration is not None:
+            not_applicable.mark(item, declaration)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,8 @@
 
 Written by the controller only (never an xdist worker). It holds the backend, shard, whether
 the selection was full or partial (``selection``, ``selection_reason``), the collected and
-selected ids, availability, device, versions, git commit and timestamps.
+selected ids, availability, the backend's declaration, device, versions, git commit and
+timestamps.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from conformance.harness import provenance
+from conformance.harness.not_applicable import recorded_declaration
 from conformance.harness.run_state import RunState, now, relative
 from conformance.harness.sharding import junit_name, sidecar_path
 from conformance.signoff.atomic import atomic_write_text
@@ -81,6 +83,7 @@ def process_facts(state: RunState) -> dict[str, Any]:
         "availability_reason": reason,
         "device": provenance.device_name(state.backend),
         "device_kind": device_kind(state.backend),
+        "declaration": recorded_declaration(state.backend),
         "versions": provenance.package_versions(),
         "pinned": state.pinned,
         **provenance.torch_build(),

@@ -1,6 +1,7 @@
 """`CommonAttentionMetadata`: the per-batch record every MLA metadata builder consumes.
 
-Modelled on vLLM's record (research note vllm_mla_interface.md §1). The field set is
+Modelled on vLLM's record (``vllm/v1/attention/backend.py`` in vllm-project/vllm, formerly
+``vllm/v1/attention/backends/utils.py``). The field set is
 pinned by `tests/conformance/test_metadata.py`; adding a field fails there with the list
 of construction sites to review.
 """

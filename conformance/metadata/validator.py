@@ -1,48 +1,163 @@
-"""`validate(cam)`: every invariant of `CommonAttentionMetadata` (vllm_mla_interface.md §1.3).
+"""`validate(cam)`: every invariant of `CommonAttentionMetadata`, as the table `RULES`.
 
 A violation raises `MetadataError` naming the field (with the request or index where one
-is at fault), what was expected and what was found. The rules, one line each, are listed
-in docs/validator.md. The paging rules (block table, slots, block ownership) live in
+is at fault), what was expected and what was found. The rules (code, check, one line of
+doc) run in the table's order and the first broken one raises; docs/validator.md lists
+them. V1-V20 live in `conformance.metadata.record_rules`, the paging rules V21-V26 in
 `conformance.metadata.paging`.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
 import torch
 
-from conformance.errors import MetadataError
-from conformance.metadata.paging import (
-    PAD_SLOT_ID,
-    check_padding_slots,
-    check_paging,
-    check_paging_facts,
+from conformance.metadata import paging
+from conformance.metadata import record_rules as rr
+from conformance.metadata.checked import Checked
+from conformance.metadata.paging import PAD_SLOT_ID
+from conformance.metadata.record import CommonAttentionMetadata
+from conformance.metadata.record_rules import TENSOR_FIELDS
+from conformance.rule_table import Rule
+
+__all__ = ["PAD_SLOT_ID", "RULES", "TENSOR_FIELDS", "Rule", "validate"]
+
+
+RULES: tuple[Rule[Checked], ...] = (
+    # fields and types
+    Rule(
+        "V1",
+        rr.check_required,
+        "Every required field is set: `query_start_loc`, `query_start_loc_cpu`, `seq_lens`, "
+        "`num_reqs`, `num_actual_tokens`, `max_query_len`, `max_seq_len`, "
+        "`block_table_tensor`, `slot_mapping`.",
+    ),
+    Rule(
+        "V2",
+        rr.check_scalars,
+        "`num_reqs`, `num_actual_tokens`, `max_query_len`, `max_seq_len` are non-negative "
+        "`int`s (not `bool`, not `float`); `causal` is a `bool`.",
+    ),
+    Rule(
+        "V3",
+        rr.check_tensor_types,
+        "Every tensor field that is set, optional ones included, is a `torch.Tensor`.",
+    ),
+    Rule(
+        "V4",
+        rr.check_dtypes,
+        "Every tensor field has its dtype: int32 for `query_start_loc`, "
+        "`query_start_loc_cpu`, `seq_lens`, `block_table_tensor`, `seq_lens_cpu_upper_bound`, "
+        "`dcp_local_seq_lens`, `dcp_local_seq_lens_cpu`, `_seq_lens_cpu`; int64 for "
+        "`slot_mapping`, `positions`; bool for `is_prefilling`.",
+    ),
+    Rule(
+        "V5",
+        rr.check_devices,
+        "The `_cpu` fields and `seq_lens_cpu_upper_bound` are on the CPU; every other tensor "
+        "is on the builder's device (without a `device` argument: the device most required "
+        "tensors are on). A device without an index (`cuda`) matches any index.",
+    ),
+    # shapes and counts
+    Rule(
+        "V6",
+        rr.check_num_reqs,
+        "`num_reqs` agrees with `query_start_loc`, `query_start_loc_cpu`, `seq_lens` and the "
+        "rows of `block_table_tensor`; when three of them agree on another count, `num_reqs` "
+        "is named, otherwise the odd tensor.",
+    ),
+    Rule(
+        "V7",
+        rr.check_request_shapes,
+        "`query_start_loc` and `query_start_loc_cpu` are `[num_reqs + 1]`; `seq_lens`, "
+        "`seq_lens_cpu_upper_bound`, `dcp_local_seq_lens(_cpu)`, `is_prefilling`, "
+        "`_seq_lens_cpu` are `[num_reqs]`; `block_table_tensor` is 2-D with `num_reqs` rows.",
+    ),
+    Rule(
+        "V8",
+        rr.check_token_count,
+        "`query_start_loc_cpu` starts at 0 and ends at `num_actual_tokens`.",
+    ),
+    Rule(
+        "V9",
+        rr.check_token_shapes,
+        "`slot_mapping` is 1-D with at least `num_actual_tokens` entries; `positions` is "
+        "`[num_actual_tokens]`.",
+    ),
+    # lengths
+    Rule(
+        "V10",
+        rr.check_offsets_increase,
+        "`query_start_loc_cpu` never decreases (named at the first request whose query "
+        "length would be negative).",
+    ),
+    Rule("V11", rr.check_device_offsets, "`query_start_loc` equals `query_start_loc_cpu`."),
+    Rule(
+        "V12",
+        rr.check_max_query_len,
+        "`max_query_len` is exactly the longest query (0 for an empty batch).",
+    ),
+    Rule("V13", rr.check_seq_covers_query, "`seq_lens` is at least the query length on every row."),
+    Rule(
+        "V14",
+        rr.check_max_seq_len,
+        "`max_seq_len` is at least the longest sequence (an over-estimate is fine).",
+    ),
+    Rule(
+        "V15",
+        rr.check_upper_bound,
+        "`seq_lens_cpu_upper_bound` is set when any row is a prefill (query longer than "
+        "`decode_threshold`); it is at least `seq_lens` everywhere and equal to it on prefill "
+        "rows.",
+    ),
+    Rule(
+        "V16",
+        rr.check_decodes_first,
+        "Decode rows come before prefill rows (padding rows of query length 0 may follow either).",
+    ),
+    Rule(
+        "V17",
+        rr.check_dcp_lens,
+        "`dcp_local_seq_lens` is at most `seq_lens`; `dcp_local_seq_lens_cpu` equals it (at "
+        "most `seq_lens` when it comes alone).",
+    ),
+    Rule("V18", rr.check_legacy_seq_lens, "`_seq_lens_cpu` equals `seq_lens`."),
+    Rule(
+        "V19",
+        rr.check_positions,
+        "`positions` of each request's new tokens run from `seq_len - query_len` to `seq_len - 1`.",
+    ),
+    Rule(
+        "V20",
+        rr.check_padding_slots,
+        "`slot_mapping` entries past `num_actual_tokens` (padding tokens) are -1.",
+    ),
+    # paging: only with `block_size`
+    Rule(
+        "V21",
+        paging.check_table_width,
+        "Each row of `block_table_tensor` is wide enough for its request's live blocks.",
+    ),
+    Rule(
+        "V22",
+        paging.check_block_ids,
+        "Live block ids are non-negative and, with `num_blocks`, below `num_blocks`.",
+    ),
+    Rule("V23", paging.check_no_null_block, "No live block is the reserved null block 0."),
+    Rule("V24", paging.check_distinct_blocks, "A request's live blocks are distinct."),
+    Rule(
+        "V25",
+        paging.check_slots,
+        "Each new token's slot is `block * block_size + offset` of its position in its own table.",
+    ),
+    Rule(
+        "V26",
+        paging.check_write_ownership,
+        "A block a request writes a new token to is live in no other request (no KV write "
+        "into another request's cache); blocks that are only read may be shared (a cached "
+        "prefix).",
+    ),
 )
-from conformance.metadata.record import REQUIRED_FIELDS, CommonAttentionMetadata
-
-__all__ = ["PAD_SLOT_ID", "TENSOR_FIELDS", "validate"]
-
-# Every tensor field: (dtype, where it lives, shape rule). "device" is the record's device,
-# "cpu" the host. Shape rules: "reqs+1" [num_reqs + 1], "reqs" [num_reqs], "tokens"
-# [num_actual_tokens], "slots" 1-D of >= num_actual_tokens, "table" 2-D of num_reqs rows.
-TENSOR_FIELDS: dict[str, tuple[torch.dtype, str, str]] = {
-    "query_start_loc": (torch.int32, "device", "reqs+1"),
-    "query_start_loc_cpu": (torch.int32, "cpu", "reqs+1"),
-    "seq_lens": (torch.int32, "device", "reqs"),
-    "block_table_tensor": (torch.int32, "device", "table"),
-    "slot_mapping": (torch.int64, "device", "slots"),
-    "seq_lens_cpu_upper_bound": (torch.int32, "cpu", "reqs"),
-    "dcp_local_seq_lens": (torch.int32, "device", "reqs"),
-    "dcp_local_seq_lens_cpu": (torch.int32, "cpu", "reqs"),
-    "positions": (torch.int64, "device", "tokens"),
-    "is_prefilling": (torch.bool, "device", "reqs"),
-    "_seq_lens_cpu": (torch.int32, "cpu", "reqs"),
-}
-QSL = "query_start_loc"
-_INT_FIELDS = ("num_reqs", "num_actual_tokens", "max_query_len", "max_seq_len")
-# Device-side required tensors; without a `device` argument their majority is the record's.
-_DEVICE_ANCHORS = ("query_start_loc", "seq_lens", "block_table_tensor", "slot_mapping")
+"""Every rule of `validate`, in the order they run; each check raises `MetadataError`."""
 
 
 def validate(
@@ -53,210 +168,17 @@ def validate(
     num_blocks: int | None = None,
     device: torch.device | str | None = None,
 ) -> None:
-    """Check every invariant of `cam`; raise `MetadataError` on the first violation.
+    """Check every rule of `RULES` on `cam`; raise `MetadataError` on the first violation.
 
     Rows with a query longer than `decode_threshold` are prefills. `device` is where the
     device-side tensors must live (default: where most of the required ones are).
 
-    Without `block_size` the paging rules cannot run: the block table's width, the range
-    of its live block ids, the reserved null block, the agreement of `slot_mapping` with
-    the table and the ownership of the blocks new tokens are written to all go
-    unchecked. Without `num_blocks` live block ids are bounded below only.
+    Without `block_size` the paging rules (V21-V26) cannot run: the block table's width,
+    the range of its live block ids, the reserved null block, the agreement of
+    `slot_mapping` with the table and the ownership of the blocks new tokens are written
+    to all go unchecked. Without `num_blocks` live block ids are bounded below only.
     """
-    check_paging_facts(block_size, num_blocks)
-    _check_required(cam)
-    expected_device = _record_device(cam, device)
-    for name, (dtype, where, _) in TENSOR_FIELDS.items():
-        value = getattr(cam, name)
-        if value is not None:
-            on = torch.device("cpu") if where == "cpu" else expected_device
-            _check_tensor(value, name, dtype, on)
-    _check_num_reqs(cam)
-    for name, (_, _, rule) in TENSOR_FIELDS.items():
-        value = getattr(cam, name)
-        if value is not None:
-            _check_shape(value, name, rule, cam)
-        if name == "query_start_loc_cpu":  # the token count before the per-token shapes
-            _check_token_count(cam)
-    qsl, seq = _check_lengths(cam)
-    query_lens = qsl[1:] - qsl[:-1]
-    is_prefill = query_lens > decode_threshold
-    _check_upper_bound(cam, seq, is_prefill)
-    _check_decode_first(query_lens, decode_threshold)
-    _check_optional_rows(cam, seq)
-    check_padding_slots(cam)
-    if block_size is not None:
-        check_paging(cam, qsl, seq, block_size, num_blocks)
-
-
-def _check_required(cam: CommonAttentionMetadata) -> None:
-    for name in REQUIRED_FIELDS:
-        if getattr(cam, name, None) is None:
-            raise MetadataError(name, "a value (required field)", None)
-    for name in _INT_FIELDS:
-        value = getattr(cam, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise MetadataError(name, "a non-negative int", repr(value))
-    if not isinstance(cam.causal, bool):
-        raise MetadataError("causal", "a bool", type(cam.causal).__name__)
-    for name in TENSOR_FIELDS:
-        value = getattr(cam, name)
-        if value is not None and not isinstance(value, torch.Tensor):
-            raise MetadataError(name, "a torch.Tensor", type(value).__name__)
-
-
-def _record_device(cam: CommonAttentionMetadata, device: torch.device | str | None) -> torch.device:
-    if device is not None:
-        return torch.device(device)
-    votes = Counter(getattr(cam, name).device for name in _DEVICE_ANCHORS)
-    return votes.most_common(1)[0][0]
-
-
-def _same_device(found: torch.device, expected: torch.device) -> bool:
-    if expected.index is None:
-        return found.type == expected.type
-    return found == expected
-
-
-def _check_tensor(t: torch.Tensor, name: str, dtype: torch.dtype, device: torch.device) -> None:
-    if t.dtype != dtype:
-        raise MetadataError(name, f"dtype {dtype}", t.dtype)
-    if not _same_device(t.device, device):
-        raise MetadataError(name, f"device {device}", t.device)
-
-
-def _check_num_reqs(cam: CommonAttentionMetadata) -> None:
-    """A `num_reqs` that three of the four per-request counts contradict is named itself."""
-    counts = []
-    for name in ("query_start_loc", "query_start_loc_cpu", "seq_lens", "block_table_tensor"):
-        t = getattr(cam, name)
-        if t.dim() >= 1:
-            counts.append(t.shape[0] - (1 if name.startswith("query_start_loc") else 0))
-    common, votes = Counter(counts).most_common(1)[0] if counts else (cam.num_reqs, 0)
-    if votes >= 3 and common != cam.num_reqs:
-        raise MetadataError(
-            "num_reqs",
-            f"{common} (the request count of query_start_loc, seq_lens, block_table_tensor)",
-            cam.num_reqs,
-        )
-
-
-def _check_shape(t: torch.Tensor, name: str, rule: str, cam: CommonAttentionMetadata) -> None:
-    n, tokens = cam.num_reqs, cam.num_actual_tokens
-    if rule == "table":
-        if t.dim() != 2 or t.shape[0] != n:
-            raise MetadataError(name, f"shape ({n}, max_blocks)", tuple(t.shape))
-        return
-    if rule == "slots":
-        if t.dim() != 1 or t.shape[0] < tokens:
-            raise MetadataError(name, f"1-D with >= {tokens} entries", tuple(t.shape))
-        return
-    shape = {"reqs+1": (n + 1,), "reqs": (n,), "tokens": (tokens,)}[rule]
-    if tuple(t.shape) != shape:
-        raise MetadataError(name, f"shape {shape}", tuple(t.shape))
-
-
-def _check_token_count(cam: CommonAttentionMetadata) -> None:
-    first, last = int(cam.query_start_loc_cpu[0]), int(cam.query_start_loc_cpu[-1])
-    if first != 0:
-        raise MetadataError("query_start_loc_cpu[0]", "0", first)
-    if last != cam.num_actual_tokens:
-        raise MetadataError(
-            "num_actual_tokens", f"query_start_loc_cpu[num_reqs] = {last}", cam.num_actual_tokens
-        )
-
-
-def _check_rows(ok: torch.Tensor, name: str, expected: str, *values: torch.Tensor) -> None:
-    bad = (~ok).nonzero().flatten()
-    if bad.numel():
-        row = int(bad[0])
-        found = ", ".join(str(int(v[row])) for v in values)
-        raise MetadataError(f"{name}[{row}]", expected, found)
-
-
-def _check_lengths(cam: CommonAttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
-    """Query offsets, token count and the max lengths; returns (qsl, seq_lens) on the CPU."""
-    qsl = cam.query_start_loc_cpu.to(torch.int64)
-    device_qsl = cam.query_start_loc.cpu().to(torch.int64)
-    _check_rows(device_qsl == qsl, QSL, "== query_start_loc_cpu", device_qsl, qsl)
-    query_lens = qsl[1:] - qsl[:-1]
-    _check_rows(query_lens >= 0, "query_start_loc_cpu", "non-decreasing offsets", query_lens)
-    max_q = int(query_lens.max()) if cam.num_reqs else 0
-    if cam.max_query_len != max_q:
-        raise MetadataError("max_query_len", f"the longest query ({max_q})", cam.max_query_len)
-    seq = cam.seq_lens.cpu().to(torch.int64)
-    _check_rows(seq >= query_lens, "seq_lens", ">= query length", seq, query_lens)
-    max_s = int(seq.max()) if cam.num_reqs else 0
-    if cam.max_seq_len < max_s:
-        raise MetadataError("max_seq_len", f">= longest sequence ({max_s})", cam.max_seq_len)
-    return qsl, seq
-
-
-def _check_upper_bound(
-    cam: CommonAttentionMetadata, seq: torch.Tensor, is_prefill: torch.Tensor
-) -> None:
-    ub = cam.seq_lens_cpu_upper_bound
-    if ub is None:
-        if bool(is_prefill.any()):
-            row = int(is_prefill.nonzero()[0])
-            raise MetadataError(
-                "seq_lens_cpu_upper_bound",
-                f"a CPU tensor (required: request {row} is a prefill)",
-                None,
-            )
-        return
-    ub64 = ub.to(torch.int64)
-    _check_rows(ub64 >= seq, "seq_lens_cpu_upper_bound", ">= seq_lens", ub64, seq)
-    exact = (ub64 == seq) | ~is_prefill
-    _check_rows(exact, "seq_lens_cpu_upper_bound", "== seq_lens on a prefill row", ub64, seq)
-
-
-def _check_decode_first(query_lens: torch.Tensor, threshold: int) -> None:
-    seen_prefill = False
-    for row, q in enumerate(query_lens.tolist()):
-        if q > threshold:
-            seen_prefill = True
-        elif seen_prefill and q > 0:
-            raise MetadataError(
-                f"query_start_loc_cpu (request {row})",
-                "decode requests ordered before prefills",
-                f"a decode of {q} tokens after a prefill",
-            )
-
-
-def _check_optional_rows(cam: CommonAttentionMetadata, seq: torch.Tensor) -> None:
-    local = None
-    if cam.dcp_local_seq_lens is not None:
-        local = cam.dcp_local_seq_lens.cpu().to(torch.int64)
-        _check_rows(local <= seq, "dcp_local_seq_lens", "<= seq_lens", local, seq)
-    if cam.dcp_local_seq_lens_cpu is not None:
-        local_cpu = cam.dcp_local_seq_lens_cpu.to(torch.int64)
-        if local is None:
-            _check_rows(local_cpu <= seq, "dcp_local_seq_lens_cpu", "<= seq_lens", local_cpu, seq)
-        else:
-            _check_rows(
-                local_cpu == local,
-                "dcp_local_seq_lens_cpu",
-                "== dcp_local_seq_lens",
-                local_cpu,
-                local,
-            )
-    if cam._seq_lens_cpu is not None:
-        legacy = cam._seq_lens_cpu.to(torch.int64)
-        _check_rows(legacy == seq, "_seq_lens_cpu", "== seq_lens", legacy, seq)
-    if cam.positions is not None:
-        _check_positions(cam, seq)
-
-
-def _check_positions(cam: CommonAttentionMetadata, seq: torch.Tensor) -> None:
-    qsl = cam.query_start_loc_cpu.tolist()
-    positions = cam.positions.cpu()
-    for r in range(cam.num_reqs):
-        start, end = qsl[r], qsl[r + 1]
-        expected = torch.arange(int(seq[r]) - (end - start), int(seq[r]))
-        if not torch.equal(positions[start:end], expected):
-            raise MetadataError(
-                f"positions[{start}:{end}] (request {r})",
-                str(expected.tolist()),
-                positions[start:end].tolist(),
-            )
+    paging.check_paging_facts(block_size, num_blocks)
+    checked = Checked(cam, decode_threshold, block_size, num_blocks, device)
+    for rule in RULES:
+        rule.check(checked)

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import torch
 
-FP8_E4M3_DTYPES: tuple[torch.dtype, ...] = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+from conformance.applicability import FNUZ_ARCHES
 
-# Architectures whose fp8 is the "fnuz" flavour (AITER's dtypes.fp8 on MI300).
-_FNUZ_ARCHES = frozenset({"gfx942"})
+FP8_E4M3_DTYPES: tuple[torch.dtype, ...] = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 
 
 def is_fp8(dtype: torch.dtype) -> bool:
@@ -29,7 +28,7 @@ def is_fp8(dtype: torch.dtype) -> bool:
 
 def fp8_dtype_for_arch(arch: str) -> torch.dtype:
     """The e4m3 flavour an architecture computes with: e4m3fnuz on gfx942, e4m3fn otherwise."""
-    return torch.float8_e4m3fnuz if arch in _FNUZ_ARCHES else torch.float8_e4m3fn
+    return torch.float8_e4m3fnuz if arch in FNUZ_ARCHES else torch.float8_e4m3fn
 
 
 def fp8_max(dtype: torch.dtype) -> float:

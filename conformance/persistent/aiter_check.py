@@ -1,6 +1,7 @@
 """Checks of a plan made by AITER's own planner (``aiter.get_mla_metadata_v1``).
 
-Two checks, both exact (research note aiter_persistent_mla.md §1.3 and §6):
+Two checks, both exact (the buffers as ``get_mla_metadata_v1`` in ROCm/aiter's
+``aiter/ops/attention.py`` fills them, and ``MlaWorkInfo`` in ``csrc/include/mla.h``):
 
 - `pointer_table_problems`: ``work_metadata_ptrs`` must hold the device addresses of
   ``work_indptr`` and ``work_info_set``; the asm kernel reads its work lists through these

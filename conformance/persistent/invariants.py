@@ -1,27 +1,10 @@
-"""Invariants every persistent-decode plan must satisfy (research note §2.9, I1-I11).
+"""Invariants every persistent-decode plan must satisfy: the table `INVARIANTS`, I1-I11.
 
 `check_plan` works on any backend's `WorkPlan` (AITER's buffers wrapped in one, the
-reference planner's, a foreign backend's) and returns every violation it finds;
-`assert_plan_invariants` raises `PlanError` listing them.
-
-- I1  ``work_indptr``: starts at 0, non-decreasing, ends at ``num_works`` which fits
-      ``work_info_set``, one entry per program plus one; every row's padding is 0.
-- I2  (budget) programs with work form a prefix no longer than ``num_splits``.
-- I3  per virtual batch, the qo tiles partition its q rows.
-- I4  per tile, the works' kv ranges are non-empty, ascending and contiguous and cover
-      ``[kv_begin, kv_end - tail)``; ``tail`` is 0 unless causal with page 1, and never
-      more than the tokens the tile's last q row cannot see.
-- I5  ``kv_offset`` is the number of this batch's kv tokens after ``kv_end``.
-- I6  a tile has one work iff its ``partial_qo_loc`` is -1; a split tile's works have
-      distinct locs >= 0 and consecutive work ids.
-- I7  ``reduce_indptr``: from 0, non-decreasing, groups of size 0 or 2..num programs,
-      padded with the total past the last tile, total == ``num_partials``.
-- I8  ``reduce_partial_map[:total]`` lists each split tile's locs in kv order, in one
-      group; partial rows are pairwise disjoint and inside the partial buffer.
-- I9  ``reduce_final_map[group] == (qo_start, qo_end)`` of the group's tile.
-- I10 (page 1, causal) every q row of a work sees at least one of its kv tokens (#2106).
-- I11 (budget) each program's blocks plus overhead stay within the payload, except one
-      absorbed tail of at most ``ceil((max_seqlen_qo - 1) / kv_granularity)`` blocks.
+reference planner's, a foreign backend's) and returns every violation it finds, in the
+table's order; `assert_plan_invariants` raises `PlanError` listing them. Each invariant's
+check lives in the module its id is listed under: I1, I2, I11 in `invariants_programs`;
+I3-I6, I10 in `invariants_tiles`; I7-I9 in `invariants_reduce`. docs/planner.md lists them.
 """
 
 from __future__ import annotations
@@ -32,12 +15,106 @@ from typing import Any
 import torch
 
 from conformance.errors import PlanError
-from conformance.persistent.invariant_reduce import ReduceChecks
-from conformance.persistent.invariant_state import PlanViolation, ints
-from conformance.persistent.invariant_works import WorkChecks
+from conformance.persistent.invariants_programs import (
+    check_i1_work_indptr,
+    check_i2_busy_prefix,
+    check_i11_program_payload,
+)
+from conformance.persistent.invariants_reduce import (
+    check_i7_reduce_indptr,
+    check_i8_partials,
+    check_i9_final_map,
+)
+from conformance.persistent.invariants_tiles import (
+    check_i3_qo_partition,
+    check_i4_kv_coverage,
+    check_i5_kv_offset,
+    check_i6_split_locs,
+    check_i10_masked_rows,
+)
 from conformance.persistent.plan import WorkPlan
+from conformance.persistent.plan_state import PlanState, PlanViolation, ints
+from conformance.rule_table import Rule
 
-__all__ = ["PlanViolation", "assert_plan_invariants", "check_inputs", "check_plan"]
+__all__ = [
+    "INVARIANTS",
+    "Invariant",
+    "PlanViolation",
+    "assert_plan_invariants",
+    "check_inputs",
+    "check_plan",
+]
+
+
+Invariant = Rule[PlanState]
+"""A plan invariant: its id, the check that yields its violations (`Findings`), its doc."""
+
+INVARIANTS: tuple[Invariant, ...] = (
+    Invariant(
+        "I1",
+        check_i1_work_indptr,
+        "`work_indptr` starts at 0, never decreases and ends at `num_works`, which fits "
+        "`work_info_set`; one entry per program plus one; every work's padding is 0.",
+    ),
+    Invariant(
+        "I2",
+        check_i2_busy_prefix,
+        "(budget) The programs with work form a prefix no longer than `num_splits`.",
+    ),
+    Invariant(
+        "I3",
+        check_i3_qo_partition,
+        "Every work names a virtual batch, and per virtual batch the qo tiles partition "
+        "its q rows.",
+    ),
+    Invariant(
+        "I4",
+        check_i4_kv_coverage,
+        "Per tile, the works' kv ranges are non-empty, ascending and contiguous and cover "
+        "`[kv_begin, kv_end - tail)`; `tail` is 0 unless causal with page 1, and never more "
+        "than the tokens the tile's last q row cannot see.",
+    ),
+    Invariant(
+        "I5",
+        check_i5_kv_offset,
+        "`kv_offset` is the number of the batch's kv tokens after `kv_end`.",
+    ),
+    Invariant(
+        "I6",
+        check_i6_split_locs,
+        "A tile has one work iff its `partial_qo_loc` is -1; a split tile's works have "
+        "distinct locs >= 0 and consecutive work ids.",
+    ),
+    Invariant(
+        "I7",
+        check_i7_reduce_indptr,
+        "`reduce_indptr` starts at 0 and never decreases, in groups of size 0 or 2..programs, "
+        "padded with the total past the last tile; the total is `num_partials`.",
+    ),
+    Invariant(
+        "I8",
+        check_i8_partials,
+        "`reduce_partial_map[:total]` lists each split tile's locs in kv order, in one group; "
+        "partial rows are pairwise disjoint and inside the partial buffer.",
+    ),
+    Invariant(
+        "I9",
+        check_i9_final_map,
+        "`reduce_final_map[group]` is `(qo_start, qo_end)` of the group's tile.",
+    ),
+    Invariant(
+        "I10",
+        check_i10_masked_rows,
+        "(page 1, causal) Every q row of a work sees at least one of its kv tokens (#2106).",
+    ),
+    Invariant(
+        "I11",
+        check_i11_program_payload,
+        "(budget) Each program's blocks plus overhead stay within the payload, except one "
+        "absorbed tail of at most `ceil((max_seqlen_qo - 1) / kv_granularity)` blocks.",
+    ),
+)
+"""Every plan invariant, in the order `check_plan` reports them."""
 
 BATCH_KEYWORDS: tuple[str, ...] = (
     "qo_indptr",
@@ -57,10 +134,6 @@ SCALAR_KEYWORDS: tuple[str, ...] = (
 """Its optional keywords, read from ``plan.params`` when not given."""
 
 
-class _Checker(WorkChecks, ReduceChecks):
-    """Every check of one plan."""
-
-
 def check_plan(
     plan: WorkPlan,
     *,
@@ -76,7 +149,7 @@ def check_plan(
     num_cus: int | None = None,
     check_budget: bool = True,
 ) -> list[PlanViolation]:
-    """Every violation of I1-I11 in ``plan`` for the given batch (empty when conforming).
+    """Every violation of `INVARIANTS` in ``plan`` for the given batch (empty when conforming).
 
     ``max_seqlen_qo`` defaults to ``plan.max_seqlen_qo``; ``uni_seqlen_qo``,
     ``kv_granularity``, ``max_split_per_batch`` and ``num_cus`` default to
@@ -96,7 +169,7 @@ def check_plan(
         "max_split_per_batch": max_split_per_batch,
         "num_cus": num_cus,
     }
-    checker = _Checker(
+    state = PlanState(
         plan,
         qo=qo,
         kv=kv,
@@ -107,17 +180,11 @@ def check_plan(
         check_budget=check_budget,
         **{key: plan.params.get(key) if value is None else value for key, value in given.items()},
     )
-    checker.check_work_indptr()
-    checker.collect_tiles()
-    checker.check_qo_partition()
-    checker.check_kv_coverage()
-    checker.check_kv_offset()
-    checker.check_split_locs()
-    checker.check_reduce()
-    checker.check_masked_rows()
-    checker.check_budget_bounds()
-    order = {f"I{i}": i for i in range(1, 12)}
-    return sorted(checker.out, key=lambda v: order.get(v.invariant, 99))
+    return [
+        PlanViolation(invariant.code, *finding)
+        for invariant in INVARIANTS
+        for finding in invariant.check(state)
+    ]
 
 
 def check_inputs(call: Mapping[str, Any], *, scalars: bool = False) -> dict[str, Any]:

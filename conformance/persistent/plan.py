@@ -1,6 +1,7 @@
 """The persistent-decode work plan: AITER's v1 metadata buffers, shared by every backend.
 
-Layout (research note aiter_persistent_mla.md §1.3):
+Layout (AITER's, ROCm/aiter: ``MlaWorkInfo`` in ``csrc/include/mla.h``, the buffers of
+``get_mla_metadata_v1`` in ``aiter/ops/attention.py``):
 
 - ``work_indptr[c]..work_indptr[c+1]``: work ids executed by persistent program ``c``;
   length ``num_cus + 1``.

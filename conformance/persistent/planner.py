@@ -1,7 +1,7 @@
 """Reference persistent-decode planner: AITER's v1.2 fast-mode serial planner, in Python.
 
-Follows ``kn_get_mla_metadata_v1_2`` (``csrc/kernels/mla/metadata/v1_2_device.cuh``) and
-research note aiter_persistent_mla.md §2.1-2.3, with the CU (SM) count explicit and the
+Follows ``kn_get_mla_metadata_v1_2`` (``csrc/kernels/mla/metadata/v1_2_device.cuh`` in
+ROCm/aiter; worked examples in docs/planner.md), with the CU (SM) count explicit and the
 arch-specific decisions taken from a profile (profiles.py). It reproduces every region
 AITER writes (`WorkPlan.written_regions`); every other entry is `UNWRITTEN`.
 

@@ -3,7 +3,7 @@
 `derive_shape` turns a checked planner call into the numbers every planner of the v1.2
 walk needs (fold ratio, packed rows, qo splitting, program count, overhead, buffer
 sizes); `tile_setup` expands the batches into one row per qo tile, in AITER's
-(virtual batch, tile) order (research note aiter_persistent_mla.md §2.1-2.3).
+(virtual batch, tile) order (``csrc/kernels/mla/metadata/v1_2_device.cuh`` in ROCm/aiter).
 """
 
 from __future__ import annotations

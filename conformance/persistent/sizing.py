@@ -1,6 +1,7 @@
 """Buffer sizes of a persistent-decode plan, as AITER's ``get_mla_metadata_info_v1`` gives them.
 
-Research note aiter_persistent_mla.md §1.1; the CU (or SM) count is an explicit argument
+``aiter/ops/attention.py`` in ROCm/aiter (the split-tile bound with ``max_split_per_batch``
+as fixed by AITER #3855); the CU (or SM) count is an explicit argument
 instead of ``get_cu_num()``. Only the fast-mode / non-intra-batch layout is modelled
 (``intra_batch_mode`` selects planner v1_0, which the suite does not reproduce).
 """

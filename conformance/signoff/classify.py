@@ -3,8 +3,12 @@
 - ``<skipped type="pytest.xfail">`` is an xfail, never a skip; it is explained only by an
   ``xfail:`` entry (or the plugin's ``expected failure (...)`` prefix): a test that calls
   ``pytest.xfail()`` on its own is unexplained.
-- A skip whose reason starts ``not applicable: `` (and gives one) is a test the backend's own
-  declaration rules out: NOT APPLICABLE, neither passed nor blocking.
+- A skip whose reason starts ``not applicable: `` is a test the backend's own declaration
+  rules out: NOT APPLICABLE, neither passed nor blocking, when the reason is exactly the one
+  `conformance.applicability.not_applicable` derives from the declaration and the test id.
+  Any other such claim (the backend opting out of a case it declares, a reason that
+  contradicts the declaration, a declaration nobody can tell) is an unexplained skip that
+  names the declaration; `not_applicable_issues` turns them into one issue (SIGN009).
 - A skip whose reason starts ``backend <name> unavailable:`` is the backend not running here.
 - A skip is *expected* when the backend's expectation file lists it as ``skip:`` (or its reason
   carries the plugin's ``expected skip (...)`` prefix); any other skip is unexplained, and so is
@@ -18,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
+from conformance.applicability import NOT_APPLICABLE, Declaration, not_applicable
 from conformance.harness.expectations import (
     EXPECTED_SKIP_PREFIX,
     EXPECTED_XFAIL_PREFIX,
@@ -25,10 +30,13 @@ from conformance.harness.expectations import (
     match_expectation,
     stale_entries,
 )
+from conformance.signoff.issue import Issue
 from conformance.signoff.model import CaseResult, Outcome
 
 XPASS_STRICT_PREFIX = "[XPASS(strict)]"
-NOT_APPLICABLE_PREFIX = "not applicable: "
+NOT_APPLICABLE_PREFIX = NOT_APPLICABLE
+UNDERIVED = "not applicable, but not by the declaration: "
+"""How the message of a not-applicable claim the declaration does not support begins."""
 EMPTY_REASONS: frozenset[str] = frozenset({"", "skipped", "unconditional skip"})
 
 
@@ -36,16 +44,56 @@ def _is_empty_reason(message: str) -> bool:
     return message.strip().lower().removeprefix("skipped:").strip() in EMPTY_REASONS
 
 
-def _skip_outcome(message: str, backend: str, entry: Expectation | None) -> tuple[Outcome, str]:
+def _skip_outcome(
+    case: CaseResult, backend: str, entry: Expectation | None, declaration: Declaration | None
+) -> tuple[Outcome, str]:
+    message = case.message
     if _is_empty_reason(message):
         return Outcome.SKIPPED, f"skipped with no reason ({message.strip() or 'empty'!r})"
     if message.startswith(NOT_APPLICABLE_PREFIX) and message[len(NOT_APPLICABLE_PREFIX) :].strip():
-        return Outcome.NOT_APPLICABLE, message
+        return _not_applicable_outcome(case.node_id, message, backend, declaration)
     if message.startswith(unavailable_prefix(backend)):
         return Outcome.UNAVAILABLE, message
     if message.startswith(EXPECTED_SKIP_PREFIX) or (entry is not None and entry.kind == "skip"):
         return Outcome.EXPECTED_SKIP, message
     return Outcome.SKIPPED, message
+
+
+def _not_applicable_outcome(
+    node_id: str, message: str, backend: str, declaration: Declaration | None
+) -> tuple[Outcome, str]:
+    """NOT APPLICABLE when the declaration gives this very reason; else unexplained."""
+    if declaration is None:
+        return Outcome.SKIPPED, (
+            f"{UNDERIVED}{backend}'s declaration is recorded in no sidecar and its class cannot "
+            f"be loaded here, so {message!r} cannot be checked"
+        )
+    try:
+        derived = not_applicable(declaration, node_id)
+    except LookupError as error:
+        return Outcome.SKIPPED, f"{UNDERIVED}{error}; the report says {message!r}"
+    if derived == message:
+        return Outcome.NOT_APPLICABLE, message
+    verdict = f"the suite derives {derived!r}" if derived else "the test applies"
+    return Outcome.SKIPPED, (
+        f"{UNDERIVED}the report says {message!r}, but {backend} declares "
+        f"{declaration.words()}: {verdict}"
+    )
+
+
+def not_applicable_issues(cases: Sequence[CaseResult], backend: str) -> list[Issue]:
+    """One SIGN009 issue for the not-applicable claims the declaration does not support."""
+    claims = [case for case in cases if case.message.startswith(UNDERIVED)]
+    if not claims:
+        return []
+    first = claims[0]
+    return [
+        Issue(
+            "SIGN009",
+            f"{len(claims)} tests reported not applicable that {backend}'s declaration does not "
+            f"rule out (first: {first.node_id}: {first.message.removeprefix(UNDERIVED)})",
+        )
+    ]
 
 
 def unavailable_prefix(backend: str) -> str:
@@ -59,7 +107,11 @@ def unavailable_reason(backend: str, message: str) -> str:
 
 
 def classify(
-    cases: Sequence[CaseResult], *, backend: str, expectations: Sequence[Expectation]
+    cases: Sequence[CaseResult],
+    *,
+    backend: str,
+    expectations: Sequence[Expectation],
+    declaration: Declaration | None = None,
 ) -> tuple[list[CaseResult], list[str]]:
     """Refine the outcomes of ``cases``; returns the new cases and warnings."""
     classified: list[CaseResult] = []
@@ -68,7 +120,7 @@ def classify(
         entry = match_expectation(expectations, case.node_id)
         outcome, message = case.outcome, case.message
         if outcome == Outcome.SKIPPED:
-            outcome, message = _skip_outcome(message, backend, entry)
+            outcome, message = _skip_outcome(case, backend, entry, declaration)
         elif outcome == Outcome.XFAIL:
             if not message.startswith(EXPECTED_XFAIL_PREFIX) and (
                 entry is None or entry.kind != "xfail"

@@ -21,7 +21,7 @@ from conformance.signoff.baseline import load_baseline
 from conformance.signoff.collect import collect_ids
 from conformance.signoff.discovery import discover
 from conformance.signoff.errors import SignoffInputError
-from conformance.signoff.evidence import evidence_staleness, find_evidence, load_evidence
+from conformance.signoff.issue import Issue, coded
 from conformance.signoff.loading import MAX_JUNIT_BYTES
 from conformance.signoff.merge import merged_junit
 from conformance.signoff.model import (
@@ -29,13 +29,13 @@ from conformance.signoff.model import (
     RELEASE_BACKENDS,
     BackendInput,
     BackendResult,
-    Outcome,
     SignoffResult,
     Status,
 )
 from conformance.signoff.report_html import render_html
 from conformance.signoff.report_json import backend_order, render_json, signoff_document
 from conformance.signoff.report_md import render_markdown
+from conformance.signoff.substitution import substitute_evidence
 from conformance.signoff.verdict import evaluate_backend, overall_verdict
 
 OUTPUT_NAMES: dict[str, str] = {
@@ -102,36 +102,30 @@ def _required(
     return backend_order(ran), "the backends that ran (backends.registry cannot tell)"
 
 
-def _expectations(backend: str, directory: Path, errors: list[str]) -> list[Expectation]:
+def expectations_of(backend: str, directory: Path, errors: list[str]) -> list[Expectation]:
+    """The backend's expectation entries; an unreadable file is an error (SIGN018)."""
     try:
         return load_expectations(expectations_path(backend, directory))
     except ExpectationFileError as error:
-        errors.append(str(error))
+        errors.append(Issue("SIGN018", str(error)))
         return []
 
 
-def _blocking(results: Sequence[BackendResult], errors: Sequence[str]) -> list[str]:
-    lines = []
+def blocking_reasons(results: Sequence[BackendResult], errors: Sequence[str]) -> list[str]:
+    """Why the verdict is not PASS, one coded line each (a required backend not run: SIGN015)."""
+    lines: list[str] = []
     for result in results:
         if result.status in (Status.FAIL, Status.INCOMPLETE):
-            lines.append(f"{result.backend}: {result.status.value}: {result.reason}")
+            line = f"{result.backend}: {result.status.value}: {result.reason}"
+            lines.append(Issue(result.code, line) if result.code else line)
         elif result.required and result.status in (Status.NOT_RUN, Status.STALE):
             what = "not run" if result.status == Status.NOT_RUN else "stale"
-            lines.append(f"{result.backend}: required but {what}: {result.reason}")
+            line = f"{result.backend}: required but {what}: {result.reason}"
+            lines.append(Issue("SIGN015" if result.status == Status.NOT_RUN else "SIGN011", line))
     return lines + list(errors)
 
 
-def _all_skipped(backend_input: BackendInput) -> bool:
-    """A local report that ran nothing (every test skipped): it never shadows evidence."""
-    cases = [case for run in backend_input.runs for case in run.cases]
-    return (
-        bool(cases)
-        and not backend_input.problems
-        and all(case.outcome == Outcome.SKIPPED for case in cases)
-    )
-
-
-def _judge(
+def judge(
     backend_input: BackendInput,
     options: SignoffOptions,
     *,
@@ -150,12 +144,23 @@ def _judge(
             if backend_input.has_input
             else options.backends.unavailable_reason(backend),
             expected_kind=options.backends.device_kind(backend),
+            declaration=options.backends.declaration(backend),
         )
     except (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as error:
         files = ", ".join(run.path.name for run in backend_input.runs) or "its reports"
-        reason = f"{files} could not be judged ({type(error).__name__}: {error})"
+        reason = Issue("SIGN020", f"{files} could not be judged ({type(error).__name__}: {error})")
         return BackendResult(
-            backend, Status.INCOMPLETE, False, reason, backend_input, [], None, [reason], [], []
+            backend,
+            Status.INCOMPLETE,
+            False,
+            reason,
+            backend_input,
+            [],
+            None,
+            [reason],
+            [],
+            [],
+            code="SIGN020",
         )
 
 
@@ -163,29 +168,16 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
     """Sign off the reports under ``options.reports_dir``; write the reports unless told not."""
     known = machine.known_backends(options.backends, options.expectations_dir)
     found = discover(options.junit_path, known_backends=known, limit=options.max_bytes)
-    errors, warnings = list(found.errors), list(found.warnings)
-    inputs = {name: found_input for name, found_input in found.inputs.items()}
-    if options.evidence_dir is not None:
-        index = find_evidence(options.evidence_dir, known_backends=known)
-        errors += index.errors
-        warnings += index.warnings
-        warnings += [
-            f"{old.path}: older than a newer evidence directory; not used" for old in index.older
-        ]
-        for backend, evidence in index.newest.items():
-            local = inputs.get(backend)
-            if local is not None and local.has_input and not _all_skipped(local):
-                warnings.append(f"{evidence.path}: not used, {backend} has reports of its own")
-                continue
-            loaded = load_evidence(evidence, known_backends=known, limit=options.max_bytes)
-            loaded.stale = evidence_staleness(loaded, root=options.root)
-            if local is not None and local.has_input:
-                loaded.shadowed = [run.path.name for run in local.runs]
-                warnings.append(
-                    f"{backend}: every test of the local {', '.join(loaded.shadowed)} was "
-                    f"skipped; the evidence of {evidence.date} stands in for it"
-                )
-            inputs[backend] = loaded
+    substitution = substitute_evidence(
+        found.inputs,
+        options.evidence_dir,
+        known_backends=known,
+        root=options.root,
+        limit=options.max_bytes,
+    )
+    inputs = substitution.inputs
+    errors = [*coded("SIGN016", found.errors), *substitution.errors]
+    warnings = [*found.warnings, *substitution.warnings]
     if options.require:
         _required(options, {}, known)  # reject unknown names before any work
     explicit = set(options.require or ()) | (set(RELEASE_BACKENDS) if options.release else set())
@@ -199,11 +191,11 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
                 collector = options.collector or (lambda name: collect_ids(name, root=options.root))
                 collected = collector(backend)
             except SignoffInputError as error:
-                errors.append(str(error))
-        results[backend] = _judge(
+                errors.append(Issue("SIGN019", str(error)))
+        results[backend] = judge(
             backend_input,
             options,
-            expectations=_expectations(backend, options.expectations_dir, errors),
+            expectations=expectations_of(backend, options.expectations_dir, errors),
             collected=collected,
         )
     required, required_source = _required(options, results, known)
@@ -224,7 +216,7 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
         backends=results,
         errors=errors,
         warnings=warnings,
-        blocking=_blocking(list(results.values()), errors),
+        blocking=blocking_reasons(list(results.values()), errors),
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         reports_dir=options.reports_dir,
         root=options.root,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from conformance.applicability import Declaration
 from conformance.signoff.model import DEFAULT_BACKENDS
 
 BUILTIN_DEVICE_KINDS: dict[str, str] = {
@@ -40,6 +41,10 @@ class BackendView(Protocol):
 
     def device_kind(self, backend: str) -> str | None:
         """The device kind ``backend`` declares (cpu, cuda, rocm); None when unknown."""
+        ...
+
+    def declaration(self, backend: str) -> Declaration | None:
+        """What ``backend``'s class declares; None when it cannot be loaded here."""
         ...
 
 
@@ -89,6 +94,15 @@ class RegistryView:
         except Exception:
             return BUILTIN_DEVICE_KINDS.get(backend)
 
+    def declaration(self, backend: str) -> Declaration | None:
+        """The declaration of the registry's ``backend`` (None when it cannot be loaded)."""
+        try:
+            from backends.registry import get_backend
+
+            return Declaration.of(get_backend(backend))
+        except Exception:
+            return None
+
 
 @dataclass
 class StaticView:
@@ -98,6 +112,7 @@ class StaticView:
     runnable_names: Sequence[str] | None = None
     reasons: Mapping[str, str] = field(default_factory=dict)
     kinds: Mapping[str, str] = field(default_factory=lambda: dict(BUILTIN_DEVICE_KINDS))
+    declarations: Mapping[str, Declaration] = field(default_factory=dict)
 
     def registered(self) -> list[str]:
         """The fixed names."""
@@ -114,6 +129,10 @@ class StaticView:
     def device_kind(self, backend: str) -> str | None:
         """The fixed device kind of ``backend``, if any."""
         return self.kinds.get(backend)
+
+    def declaration(self, backend: str) -> Declaration | None:
+        """The fixed declaration of ``backend``, if any."""
+        return self.declarations.get(backend)
 
 
 def known_backends(view: BackendView, expectations_dir: Path) -> set[str]:

@@ -153,6 +153,7 @@ class BackendResult:
     issues: list[str]
     warnings: list[str]
     stale_expectations: list[str]
+    code: str | None = None  # the sign-off check behind ``reason`` (None: PASS or NOT RUN)
 
 
 @dataclass

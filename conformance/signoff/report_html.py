@@ -16,10 +16,12 @@ from conformance.signoff.report_md import (
     BASELINE_KINDS,
     all_problems,
     all_warnings,
+    blocking_lines,
     family_cell,
     provenance_text,
     shown_columns,
     source_text,
+    with_code,
 )
 
 MAX_MESSAGE_CHARS = 4000
@@ -61,7 +63,7 @@ def _list(items: list[str]) -> str:
 
 def _head(document: dict[str, Any]) -> list[str]:
     verdict = escape(document["verdict"])
-    blocking = document["blocking"]
+    blocking = blocking_lines(document)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -90,13 +92,14 @@ def _backends_table(document: dict[str, Any]) -> list[str]:
     ]
     for backend in document["backends"]:
         counts = backend["counts"]
+        reason = with_code(backend["reason"], backend.get("code"))
         parts.append(
             f"<tr><td>{escape(backend['backend'])}</td>"
             f'<td class="{_status_class(backend)}">{escape(backend["status"])}</td>'
             f"<td>{'yes' if backend['required'] else 'no'}</td>"
             f"<td>{escape(source_text(backend))}</td>"
             + "".join(f'<td class="n">{counts.get(key, 0)}</td>' for key, _ in columns)
-            + f'<td class="why">{escape(backend["reason"])}</td></tr>'
+            + f'<td class="why">{escape(reason)}</td></tr>'
         )
     parts.append("</table>")
     return parts
@@ -109,7 +112,8 @@ def _not_signed_off(document: dict[str, Any]) -> list[str]:
     items = "".join(
         f'<li><span class="verdict {"MISSING" if row["required"] else "NOTRUN"}">'
         f"{escape(row['backend'])}</span> {escape(row['status'])}"
-        f"{' (required)' if row['required'] else ' (optional)'}: {escape(row['reason'])}</li>"
+        f"{' (required)' if row['required'] else ' (optional)'}: "
+        f"{escape(with_code(row['reason'], row.get('code')))}</li>"
         for row in rows
     )
     return ["<h2>Not signed off here</h2><ul>" + items + "</ul>"]

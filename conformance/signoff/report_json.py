@@ -9,6 +9,7 @@ from typing import Any
 
 from conformance.signoff.baseline import compare
 from conformance.signoff.headroom import headroom_rows
+from conformance.signoff.issue import code_of
 from conformance.signoff.model import (
     DEFAULT_BACKENDS,
     MACHINE_FACTS,
@@ -90,6 +91,7 @@ def _backend(result: BackendResult) -> dict[str, Any]:
         "status": result.status.value,
         "required": result.required,
         "reason": result.reason,
+        "code": result.code,
         "source": backend_input.source if backend_input.has_input else "none",
         "evidence": None
         if backend_input.source != "evidence"
@@ -104,6 +106,7 @@ def _backend(result: BackendResult) -> dict[str, Any]:
         "counts": outcome_counts(result.cases),
         "families": families,
         "issues": result.issues,
+        "issue_codes": [code_of(issue) for issue in result.issues],
         "warnings": result.warnings,
         "stale_expectations": result.stale_expectations,
         "completeness": None
@@ -167,7 +170,9 @@ def signoff_document(result: SignoffResult) -> dict[str, Any]:
         "required_source": result.required_source,
         "families": sorted({family for backend in backends for family in backend["families"]}),
         "blocking": result.blocking,
+        "blocking_codes": [code_of(line) for line in result.blocking],
         "errors": result.errors,
+        "error_codes": [code_of(error) for error in result.errors],
         "warnings": result.warnings,
         "not_signed_off": [
             {
@@ -175,6 +180,7 @@ def signoff_document(result: SignoffResult) -> dict[str, Any]:
                 "status": b["status"],
                 "required": b["required"],
                 "reason": b["reason"],
+                "code": b["code"],
             }
             for b in backends
             if b["status"] not in SIGNED_OFF

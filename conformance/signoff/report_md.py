@@ -54,11 +54,33 @@ def source_text(backend: dict[str, Any]) -> str:
     return "–" if backend["source"] == "none" else backend["source"]
 
 
+def with_code(text: str, code: str | None) -> str:
+    """``[SIGN007] text`` (the code of the sign-off check that raised it), or the text."""
+    return f"[{code}] {text}" if code else text
+
+
+def _codes(document: dict[str, Any], key: str, count: int) -> list[str | None]:
+    codes = document.get(key) or []
+    return [*codes, *[None] * (count - len(codes))][:count]
+
+
+def blocking_lines(document: dict[str, Any]) -> list[str]:
+    """What stops a PASS, one line each, with its check's code."""
+    lines = document["blocking"]
+    return list(map(with_code, lines, _codes(document, "blocking_codes", len(lines))))
+
+
 def all_problems(document: dict[str, Any]) -> list[str]:
-    """Every sign-off error and backend issue, one line each."""
-    problems = list(document["errors"])
+    """Every sign-off error and backend issue, one line each, with its check's code."""
+    errors = document["errors"]
+    problems = list(map(with_code, errors, _codes(document, "error_codes", len(errors))))
     for backend in document["backends"]:
-        problems += [f"{backend['backend']}: {issue}" for issue in backend["issues"]]
+        issues = backend["issues"]
+        codes = _codes(backend, "issue_codes", len(issues))
+        problems += [
+            with_code(f"{backend['backend']}: {issue}", code)
+            for issue, code in zip(issues, codes, strict=True)
+        ]
     return problems
 
 
@@ -124,7 +146,7 @@ def _table(document: dict[str, Any]) -> list[str]:
             f"| {backend['backend']} | **{backend['status']}** | "
             f"{'yes' if backend['required'] else 'no'} | {cell(source_text(backend))} | "
             + " | ".join(str(counts.get(key, 0)) for key, _ in columns)
-            + f" | {cell(backend['reason'])} |"
+            + f" | {cell(with_code(backend['reason'], backend.get('code')))} |"
         )
     return lines
 
@@ -168,7 +190,7 @@ def render_markdown(document: dict[str, Any]) -> str:
         f"({document['required_source']}).",
         "",
     ]
-    blocking = document["blocking"]
+    blocking = blocking_lines(document)
     lines += ["## What stops a PASS", ""] + [f"- {cell(line)}" for line in blocking]
     if not blocking:
         lines.append("Nothing stops a PASS of the required backends.")
@@ -176,7 +198,7 @@ def render_markdown(document: dict[str, Any]) -> str:
     rows = document["not_signed_off"]
     lines += [
         f"- {row['backend']} {row['status']} ({'required' if row['required'] else 'optional'})"
-        f": {cell(row['reason'])}"
+        f": {cell(with_code(row['reason'], row.get('code')))}"
         for row in rows
     ] or ["Every backend is signed off."]
     families = document["families"]

@@ -9,8 +9,13 @@ Backend status, first rule that applies:
    since, or that records no file hashes; its other disagreements are listed with it.
 4. ``INCOMPLETE``: a file is unreadable or missing, the claims of its reports disagree
    (`conformance.signoff.integrity`), ids are missing or duplicated, the run was cut short or
-   partly selected, a skip or xfail is not explained by the expectation file, or no test passed.
-5. ``PASS``. NOT APPLICABLE tests (``not applicable: <why>``) count neither way.
+   partly selected, a test is reported not applicable where the backend's declaration does
+   not rule it out, a skip or xfail is not explained by the expectation file, or no test
+   passed.
+5. ``PASS``. NOT APPLICABLE tests (``not applicable: <why>``, exactly as
+   `conformance.applicability` derives it from the declaration) count neither way.
+
+Each reason carries the code of the sign-off check behind it (`conformance.signoff.checks`).
 
 Verdict: ``FAIL`` if any backend failed; else ``INCOMPLETE`` if any backend is incomplete, a
 required backend did not run or is stale, or a file belongs to no known backend; else ``PASS``.
@@ -19,12 +24,21 @@ required backend did not run or is stale, or a file belongs to no known backend;
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
+from conformance.applicability import Declaration
 from conformance.harness.expectations import Expectation
-from conformance.signoff.classify import classify, stale_expectations, unavailable_reason
+from conformance.signoff.classify import (
+    classify,
+    not_applicable_issues,
+    stale_expectations,
+    unavailable_reason,
+)
 from conformance.signoff.completeness import check_completeness
+from conformance.signoff.declared import declaration_issues, declaration_of
 from conformance.signoff.integrity import FIGURED_TEST, integrity_issues
+from conformance.signoff.issue import Issue, code_of, coded
 from conformance.signoff.model import (
     BackendInput,
     BackendResult,
@@ -53,8 +67,14 @@ def evaluate_backend(
     collected: Sequence[str] | None = None,
     availability_reason: str | None = None,
     expected_kind: str | None = None,
+    declaration: Declaration | None = None,
 ) -> BackendResult:
-    """Classify, check completeness and decide the status of one backend."""
+    """Classify, check completeness and decide the status of one backend.
+
+    ``declaration`` is what the backend class declares here (None: it cannot be loaded); the
+    runs' recorded declaration comes first (`conformance.signoff.declared`), and every
+    not-applicable skip must follow from it (`conformance.applicability`).
+    """
     backend = backend_input.backend
     if not backend_input.has_input:
         reason = availability_reason or "no reports found"
@@ -62,10 +82,19 @@ def evaluate_backend(
             backend, Status.NOT_RUN, required, reason, backend_input, [], None, [], [], []
         )
     raw_cases = [case for run in backend_input.runs for case in run.cases]
-    cases, warnings = classify(raw_cases, backend=backend, expectations=expectations)
+    declared = declaration_of(backend, backend_input.runs, declaration)
+    cases, warnings = classify(
+        raw_cases, backend=backend, expectations=expectations, declaration=declared
+    )
     completeness = check_completeness(backend_input, collected=collected)
     integrity = integrity_issues(backend_input, expected_kind=expected_kind, collected=collected)
-    issues = [*backend_input.problems, *integrity, *completeness.issues]
+    issues: list[str] = [
+        *coded("SIGN001", backend_input.problems),
+        *coded("SIGN002", integrity),
+        *completeness.issues,
+        *declaration_issues(backend, backend_input.runs, declaration),
+        *not_applicable_issues(cases, backend),
+    ]
     known_ids = {case.node_id for case in cases}
     if collected is not None:
         known_ids.update(collected)
@@ -73,40 +102,18 @@ def evaluate_backend(
         if run.sidecar is not None:
             known_ids.update(run.sidecar.get("collected_ids") or ())
     stale = stale_expectations(expectations, known_ids) if known_ids else []
-    counts = outcome_counts(cases)
-    bad = counts[Outcome.FAILED.value] + counts[Outcome.ERROR.value]
-    unexplained = counts[Outcome.SKIPPED.value] + counts[Outcome.UNAVAILABLE.value]
-    if cases and counts[Outcome.UNAVAILABLE.value] == len(cases) and not backend_input.problems:
+    judged = Judged(backend_input, cases, outcome_counts(cases), issues)
+    code: str | None = None
+    if cases and judged.count(Outcome.UNAVAILABLE) == len(cases) and not backend_input.problems:
         status = Status.NOT_RUN
         reason = unavailable_reason(backend, cases[0].message) or "backend unavailable"
-    elif bad:
-        status, reason = Status.FAIL, _summary(counts)
-    elif backend_input.stale and not backend_input.problems:  # re-make it: that fixes the rest
-        status, reason = Status.STALE, stale_reason(backend_input)
-    elif issues:
-        more = f" (+{len(issues) - 1} more)" if len(issues) > 1 else ""
-        status, reason = Status.INCOMPLETE, issues[0] + more
-    elif unexplained:
-        status = Status.INCOMPLETE
-        first = next(c for c in cases if c.outcome in (Outcome.SKIPPED, Outcome.UNAVAILABLE))
-        reason = (
-            f"{unexplained} unexplained skips or xfails (first: {first.node_id}: "
-            f"{first.message[:200]}): fix them or list them with a reason in "
-            f"conformance/expectations/{backend}.txt"
-        )
-    elif not cases:
-        status, reason = Status.INCOMPLETE, "the reports hold no tests"
-    elif not counts[Outcome.PASSED.value]:
-        status, reason = Status.INCOMPLETE, f"no test passed ({_summary(counts)})"
-    elif _numerics_never_ran(cases):
-        status = Status.INCOMPLETE
-        reason = (
-            "the numerics contract did not run: no golden decode comparison passed "
-            f"({_summary(outcome_counts(c for c in cases if f'::{FIGURED_TEST}' in c.node_id))}); "
-            "check the backend's declared q_dtypes and kv_dtypes"
-        )
     else:
-        status, reason = Status.PASS, _summary(counts)
+        status, reason = Status.PASS, _summary(judged.counts)
+        for check, check_status in STATUS_CHECKS:
+            found = check(judged)
+            if found is not None:
+                status, reason, code = check_status, found, code_of(found)
+                break
     if backend_input.stale and status != Status.STALE:
         warnings.append(stale_reason(backend_input))
     return BackendResult(
@@ -120,13 +127,91 @@ def evaluate_backend(
         issues,
         warnings,
         stale,
+        code=code,
     )
 
 
-def _numerics_never_ran(cases: Sequence[CaseResult]) -> bool:
-    """Golden decode comparisons were reported, and not one passed (all not applicable, say)."""
-    numerics = [case for case in cases if f"::{FIGURED_TEST}" in case.node_id]
-    return bool(numerics) and not any(case.outcome is Outcome.PASSED for case in numerics)
+@dataclass
+class Judged:
+    """What the status checks of one backend read."""
+
+    input: BackendInput
+    cases: list[CaseResult]
+    counts: dict[str, int]
+    issues: list[str]  # coded: unreadable files, integrity, completeness, not applicable
+
+    def count(self, *outcomes: Outcome) -> int:
+        """How many cases had one of ``outcomes``."""
+        return sum(self.counts[outcome.value] for outcome in outcomes)
+
+
+def failed(judged: Judged) -> Issue | None:
+    """A test failed or errored (SIGN010)."""
+    if judged.count(Outcome.FAILED, Outcome.ERROR):
+        return Issue("SIGN010", _summary(judged.counts))
+    return None
+
+
+def stale(judged: Judged) -> Issue | None:
+    """The evidence was made from files that have changed since (SIGN011)."""
+    if judged.input.stale and not judged.input.problems:  # re-make it: that fixes the rest
+        return Issue("SIGN011", stale_reason(judged.input))
+    return None
+
+
+def first_issue(judged: Judged) -> Issue | None:
+    """The first coded issue, counting the others (the issue's own code)."""
+    if not judged.issues:
+        return None
+    first, more = judged.issues[0], len(judged.issues) - 1
+    return Issue(code_of(first) or "SIGN001", first + (f" (+{more} more)" if more else ""))
+
+
+def unexplained(judged: Judged) -> Issue | None:
+    """A skip or xfail nothing explains (SIGN012)."""
+    count = judged.count(Outcome.SKIPPED, Outcome.UNAVAILABLE)
+    if not count:
+        return None
+    first = next(c for c in judged.cases if c.outcome in (Outcome.SKIPPED, Outcome.UNAVAILABLE))
+    return Issue(
+        "SIGN012",
+        f"{count} unexplained skips or xfails (first: {first.node_id}: "
+        f"{first.message[:200]}): fix them or list them with a reason in "
+        f"conformance/expectations/{judged.input.backend}.txt",
+    )
+
+
+def nothing_passed(judged: Judged) -> Issue | None:
+    """The reports hold no tests, or not one passed (SIGN013)."""
+    if not judged.cases:
+        return Issue("SIGN013", "the reports hold no tests")
+    if not judged.count(Outcome.PASSED):
+        return Issue("SIGN013", f"no test passed ({_summary(judged.counts)})")
+    return None
+
+
+def numerics_never_ran(judged: Judged) -> Issue | None:
+    """Golden decode comparisons were reported and not one passed (SIGN014)."""
+    numerics = [case for case in judged.cases if f"::{FIGURED_TEST}" in case.node_id]
+    if not numerics or any(case.outcome is Outcome.PASSED for case in numerics):
+        return None
+    return Issue(
+        "SIGN014",
+        "the numerics contract did not run: no golden decode comparison passed "
+        f"({_summary(outcome_counts(numerics))}); check the backend's declared q_dtypes and "
+        "kv_dtypes",
+    )
+
+
+STATUS_CHECKS: tuple[tuple[Callable[[Judged], Issue | None], Status], ...] = (
+    (failed, Status.FAIL),
+    (stale, Status.STALE),
+    (first_issue, Status.INCOMPLETE),
+    (unexplained, Status.INCOMPLETE),
+    (nothing_passed, Status.INCOMPLETE),
+    (numerics_never_ran, Status.INCOMPLETE),
+)
+"""A backend's status: the first check that finds something, in this order (else PASS)."""
 
 
 def stale_reason(backend_input: BackendInput) -> str:

@@ -91,7 +91,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     ``golden_id`` (the numerics contract) takes every case, for every backend. The plan
     fixtures take the cases a plan-format backend can plan or execute; for a plan-free
-    backend they take every case, each reported not applicable by the test.
+    backend they take every case, each skipped as not applicable by the harness.
     """
     wanted = [n for n in ("golden_id", *PLAN_SELECTORS) if n in metafunc.fixturenames]
     if not wanted:

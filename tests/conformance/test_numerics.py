@@ -2,13 +2,16 @@
 
 Each golden (tests/goldens, `conformance.goldens`) holds a DeepSeek-R1 decode batch and
 the reference output and LSE. For the selected backend, on every case whose q and KV
-dtypes it declares (`Backend.q_dtypes`, `kv_dtypes`; other cases are not applicable):
+dtypes it declares (`Backend.q_dtypes`, `kv_dtypes`; the harness skips the other cases as
+not applicable, `conformance.applicability`):
 
 - its builder builds its own metadata from the golden's `CommonAttentionMetadata`
   (padded rows included) and its decode runs over the NaN-poisoned paged cache; output
   and LSE match the golden within the tolerance derived for its declared numerics
   (`conformance.goldens.tolerance`); errors are recorded as JUnit properties;
 - NaN-poisoned cache slots past each sequence never reach the output;
+- a builder or decode that reads the CSR lists of a batch with padded rows past their end
+  fails naming the padded rows (`DecodeMetadata.num_requests`, docs/plugins.md);
 - the golden files are intact (sha256 against the manifest).
 
 A batch no CAM expresses (kv shorter than q) is fed as the golden's CSR lists; a backend
@@ -23,14 +26,8 @@ import pytest
 import torch
 
 from backends.base import Backend
-from conformance.goldens import Golden, GoldenStore
+from conformance.goldens import GoldenStore
 from conformance.goldens.assertions import assert_result_matches, numerics_metadata, run_decode
-
-
-def _applicable(backend: Backend, golden: Golden) -> None:
-    reason = backend.dtype_skip(golden.case.q_torch_dtype, golden.case.kv_torch_dtype)
-    if reason:
-        pytest.skip(reason)
 
 
 def test_goldens_are_intact(golden_store: GoldenStore) -> None:
@@ -42,7 +39,6 @@ def test_decode_matches_golden(
     golden_id: str, backend: Backend, goldens, golden_builder, record_errors
 ) -> None:
     golden = goldens(golden_id)
-    _applicable(backend, golden)
     decode, what = numerics_metadata(backend, golden, golden_builder)
     out, lse = run_decode(backend, golden, decode)
     assert_result_matches(
@@ -55,7 +51,6 @@ def test_poisoned_slots_never_reach_the_output(
 ) -> None:
     golden = goldens(golden_id)
     case = golden.case
-    _applicable(backend, golden)
     cache = golden.kv_cache("cpu")
     poisoned = int(torch.isnan(cache.float()).any(dim=-1).sum())
     assert poisoned == golden.poisoned_slots > 0, (

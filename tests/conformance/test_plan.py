@@ -11,14 +11,15 @@ For such a backend, against the goldens' exact reference plans (`conformance.gol
   another CU count (plan invariance).
 
 A backend declaring ``plan_format = None`` has every case reported not applicable, with
-its declaration as the reason. Test bodies never name a backend.
+its declaration as the reason; so are, for every backend, the fp8 replay of a bf16 case and
+the plan invariance of a case no CAM expresses. The harness decides and skips them
+(`conformance.applicability`), never a test body. Test bodies never name a backend.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import torch
 
 from backends.base import Backend
@@ -30,14 +31,6 @@ from conformance.goldens.assertions import (
 )
 from conformance.goldens.record import plans_equal
 from conformance.persistent import check_inputs, check_plan, plan_persistent_decode
-
-
-@pytest.fixture(autouse=True)
-def plan_contract_applies(backend: Backend) -> None:
-    """Skip, as not applicable, on a backend that declares no plan format."""
-    reason = backend.plan_contract_skip()
-    if reason:
-        pytest.skip(reason)
 
 
 def _built_plan(golden, build):
@@ -81,8 +74,6 @@ def test_planner_call_replays_with_fp8_dtypes(spy_id: str, goldens, golden_build
     """vLLM's fp8 golden: the builder's planner call, replayed with the run's dtypes."""
     golden = goldens(spy_id)
     case = golden.case
-    if not case.has_fp8:
-        pytest.skip(f"not applicable: case {case.id} has neither an fp8 q nor an fp8 cache")
     builder, build = golden_builder(golden)
     calls: list[tuple[tuple, dict]] = []
     planner = builder.planner
@@ -119,8 +110,6 @@ def test_decode_is_plan_invariant(
     """
     golden = goldens(replan_id)
     case = golden.case
-    if not case.via_builder:
-        pytest.skip(f"not applicable: case {case.id} has no CommonAttentionMetadata")
     if Capabilities.of(backend).plans(case, case.alt_num_cus):
         decode = _built_plan(golden, golden_builder(golden, num_cus=case.alt_num_cus)[1])
         plan = decode.plan

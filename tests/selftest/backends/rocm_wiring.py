@@ -22,7 +22,7 @@ SM_SCALE = 576**-0.5
 
 FOUR = BatchSpec((32, 40, 17, 100), (1, 1, 1, 1))
 THREE = BatchSpec((300, 40, 129), (1, 1, 1))
-TAIL = BatchSpec((577, 40), (4, 4))  # research note §2.3 worked example 2: the tail rule
+TAIL = BatchSpec((577, 40), (4, 4))  # docs/planner.md worked example 2: the tail rule
 
 
 def fp8_of(backend: RocmAiterBackend) -> torch.dtype:

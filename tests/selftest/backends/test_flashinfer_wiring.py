@@ -1,9 +1,11 @@
 """The ``flashinfer`` backend's wiring, against a CPU stand-in for ``flashinfer.mla``.
 
-The stand-in (fake_flashinfer.py) checks the arguments as FlashInfer does and computes its
-kernel's arithmetic with a base-2 LSE; these tests prove what the backend passes (shapes,
-dtypes, sm_scale, the kv scale as ckv/kpe scales), that it converts the LSE to the natural
-log, and that it passes the numerics contract on every case it declares.
+The stand-in (tests/selftest/support/fake_flashinfer.py, shared with the benchmark's tests)
+checks the arguments as FlashInfer does and computes its kernel's arithmetic with FlashInfer's
+LSE convention (base 2 unless the natural log is asked for). These tests prove what the
+backend passes (shapes, dtypes, sm_scale, the kv scale as ckv/kpe scales), that it converts
+the LSE to the natural log, and that it passes the numerics contract on every case it
+declares.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from conformance.goldens.assertions import assert_result_matches, run_decode
 from conformance.metadata.dims import DEEPSEEK_R1
 from conformance.stubs.protocol import MLAAttentionLayer
 
+import fake_flashinfer as fake
+
 pytestmark = pytest.mark.selftest
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,22 +36,6 @@ NUMERICS = REPO / "tests" / "conformance" / "test_numerics.py"
 LAYER = "model.layers.0.self_attn.attn"
 FP8_KV = "gfx950-h32-bf16q-fp8kv-q1-p1-cu256-vllm46997"
 BF16 = "tiny-triton-h16-bf16-q2-p16-cu132-padded"
-
-
-def _load_fake():
-    name = "mla_selftest_fake_flashinfer"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).with_name("fake_flashinfer.py")
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fake = _load_fake()
 
 
 class CpuFlashInfer(fib.FlashInferBackend):
@@ -65,8 +53,9 @@ class CpuFlashInfer(fib.FlashInferBackend):
 
 @pytest.fixture
 def backend(monkeypatch: pytest.MonkeyPatch) -> CpuFlashInfer:
-    monkeypatch.setitem(sys.modules, "flashinfer", fake.module())
-    fake.CALLS.clear()
+    for name in ("flashinfer", "flashinfer.mla"):
+        monkeypatch.setitem(sys.modules, name, None)  # restored (or removed) afterwards
+    fake.install()
     return CpuFlashInfer()
 
 
@@ -103,7 +92,7 @@ def test_fp8_cache_plan_and_run_arguments(backend: CpuFlashInfer) -> None:
     golden, decode, (out, lse) = _decode(backend, FP8_KV)
     assert isinstance(decode.scheduler, fib.FlashInferSchedule) and decode.plan is None
     (init,) = _calls("init")
-    assert init["backend"] == "fa2" and init["workspace"] == fib.WORKSPACE_BYTES
+    assert init["backend"] == "fa2" and init["workspace"].numel() == fib.WORKSPACE_BYTES
     (plan,) = _calls("plan")
     case = golden.case
     assert (plan["num_heads"], plan["head_dim_ckv"], plan["head_dim_kpe"]) == (case.heads, 512, 64)
@@ -133,10 +122,56 @@ def test_bf16_cache_with_padded_rows_takes_no_kernel_scale(backend: CpuFlashInfe
     (plan,) = _calls("plan")
     assert len(plan["metadata"].qo_indptr) == golden.case.batch + 1  # padding dropped
     (run,) = _calls("run")
-    assert run["ckv_scale"] is None and run["kpe_scale"] is None
+    assert "ckv_scale" not in run and "kpe_scale" not in run
+    assert run["return_lse"] is True and run["return_lse_base_on_e"] is False  # base 2
     assert_result_matches(
         out=out, lse=lse, golden=golden, backend=backend, record=lambda *a: None, what="decode"
     )
+
+
+def _tiny_wrapper(lse_mode: str):
+    mla = fake.install()
+    wrapper = mla.BatchMLAPagedAttentionWrapper(torch.empty(8, dtype=torch.uint8))
+    i32 = torch.int32
+    wrapper.plan(
+        metadata=mla.MLAPlanMetadata.csr(
+            torch.tensor([0, 1], dtype=i32),
+            torch.tensor([0, 2], dtype=i32),
+            torch.tensor([0, 1], dtype=i32),
+            torch.tensor([3], dtype=i32),
+        ),
+        num_heads=2,
+        head_dim_ckv=512,
+        head_dim_kpe=64,
+        page_size=2,
+        causal=True,
+        sm_scale=0.1,
+        q_data_type=torch.bfloat16,
+        kv_data_type=torch.bfloat16,
+        lse_mode=lse_mode,
+    )
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn((1, 2, 576), generator=generator).to(torch.bfloat16)
+    cache = torch.randn((2, 2, 576), generator=generator).to(torch.bfloat16)
+    return wrapper, {"query": q, "kv_cache": cache, "return_lse": True}
+
+
+def test_the_stand_in_follows_flashinfer_s_lse_convention(monkeypatch) -> None:
+    """``return_lse=True`` gives the base-2 LSE; the natural log only on request, and the
+    plan's ``lse_mode`` must say which (FlashInfer's ``BatchMLAPagedAttentionWrapper.run``)."""
+    for name in ("flashinfer", "flashinfer.mla"):
+        monkeypatch.setitem(sys.modules, name, None)
+    base2, run = _tiny_wrapper("base2")
+    _, lse2 = base2.run(**run)
+    basee, _ = _tiny_wrapper("basee")
+    _, lse_e = basee.run(**run, return_lse_base_on_e=True)
+    assert torch.allclose(lse2 * math.log(2.0), lse_e) and not torch.allclose(lse2, lse_e)
+    with pytest.raises(ValueError, match="lse_mode='base2'"):
+        base2.run(**run, return_lse_base_on_e=True)
+    with pytest.raises(ValueError, match="lse_mode='basee'"):
+        basee.run(**run)
+    with pytest.raises(ValueError, match="lse_mode='none'"):
+        _tiny_wrapper("none")[0].run(**run)
 
 
 def test_the_lse_is_converted_from_base_2(backend: CpuFlashInfer) -> None:

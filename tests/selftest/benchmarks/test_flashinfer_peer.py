@@ -1,22 +1,22 @@
 """Self-tests of the benchmark's FlashInfer peer against a stand-in ``flashinfer`` module.
 
-The stand-in (`fake_flashinfer.py`) records every call the peer makes and computes MLA decode
-as FlashInfer's FA backends define it. The tests check the call wiring (arguments, dtypes,
-scales, CUDA-graph buffers) on CPU inputs, that the stand-in's output passes the benchmark's
-output check, (negative controls) that a peer dropping the fp8 scale or reading another page
-table is marked wrong, and one whole case of the benchmark on the CPU (ours and the in-repo
-peers under Triton's interpreter, the stand-in as FlashInfer, a stand-in timer).
+The stand-in (tests/selftest/support/fake_flashinfer.py, shared with the backend's tests)
+records every call the peer makes and computes MLA decode as FlashInfer's FA backends define
+it, with FlashInfer's LSE convention (base 2 unless ``return_lse_base_on_e``). The tests check
+the call wiring (arguments, dtypes, scales, CUDA-graph buffers) on CPU inputs, that the
+stand-in's output passes the benchmark's output check, (negative controls) that a peer
+dropping the fp8 scale or reading another page table is marked wrong, and one whole case of
+the benchmark on the CPU (ours and the in-repo peers under Triton's interpreter, the stand-in
+as FlashInfer, a stand-in timer).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,13 +27,11 @@ from benchmarks.decode.cases import PAGE_SIZE, SM_SCALE, Case
 from benchmarks.decode.inputs import Batch, make_batch, reference_rows
 from benchmarks.decode.record import errors, wrong_reason
 
-FAKE_PATH = Path(__file__).with_name("fake_flashinfer.py")
+import fake_flashinfer as fake
+
+FAKE_PATH = Path(fake.__file__)
 ROOT = Path(__file__).resolve().parents[3]
-
-
-# Run as a file (it is no package module): its classes are the ones `install` puts in place.
-fake = SimpleNamespace(**runpy.run_path(str(FAKE_PATH)))
-FakeWrapper = fake.FakeWrapper
+FakeWrapper = fake.BatchMLAPagedAttentionWrapper
 
 
 @pytest.fixture

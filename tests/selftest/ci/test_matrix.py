@@ -246,7 +246,7 @@ def test_buildkite_pipeline_is_yaml_with_one_step_per_job(monkeypatch, capsys) -
     assert [step["label"] for step in commands[:-1]] == [f"conformance {j['name']}" for j in jobs()]
     assert len({step["key"] for step in commands}) == len(commands), "keys are unique"
     cuda = [step for step in commands if step["label"].startswith("conformance cuda")]
-    assert cuda[1]["command"].endswith("python3 -m nox -s 'cuda' -- --shard 2/4")
+    assert cuda[1]["command"].endswith(".venv/bin/python -m nox -s 'cuda' -- --shard 2/4")
     assert {step["agents"]["queue"] for step in cuda} == {"nvidia"}
     assert all(step["timeout_in_minutes"] > 0 for step in commands)
     assert all(step["artifact_paths"] for step in commands)

@@ -6,6 +6,7 @@ nothing and use this interpreter), so no environment is made.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -77,3 +78,46 @@ def test_the_sign_off_verdict_is_nox_s_exit_code(tree: Path, args: list[str], co
     assert result.returncode == code, output
     assert "Session signoff aborted: sign-off verdict" in output
     assert f"nox exits with {code}" in output
+
+
+class _Session:
+    """What the bench session calls on a nox session, recorded."""
+
+    def __init__(self) -> None:
+        self.posargs: list[str] = []
+        self.logged: list[str] = []
+        self.ran: list[tuple[str, ...]] = []
+
+    def log(self, message: str) -> None:
+        self.logged.append(message)
+
+    def run(self, *args: str) -> None:
+        self.ran.append(args)
+
+
+def test_bench_without_torch_logs_what_it_installs_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench session has benchmarks, not tests: its log line says so."""
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", REPO_ROOT / "noxfile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    installed: list[str] = []
+    monkeypatch.setattr(module, "_reach_interpreter_site", lambda session: None)
+    monkeypatch.setattr(module, "_has_torch", lambda session: False)
+    monkeypatch.setattr(
+        module, "_install", lambda session, requirements: installed.append(requirements)
+    )
+    monkeypatch.setattr(module, "_python", lambda session: "python")
+    session = _Session()
+    module.bench(session)
+    assert installed == [module.CPU]
+    (line,) = session.logged
+    assert "planner benchmark" in line and "tests" not in line, line
+    assert [run[2] for run in session.ran] == [
+        "benchmarks.bench_planner",
+        "benchmarks.bench_decode",
+    ]
+    conformance = _Session()
+    module._gpu_install(conformance)
+    assert conformance.logged[0].endswith(
+        "so the tests are collected and reported skipped with the reason"
+    )

@@ -322,6 +322,20 @@ def test_cli_check_passes_then_reports_a_changed_golden(golden_copy: Path, capsy
     )
 
 
+def test_check_prints_a_summary_and_generate_one_line_per_case(golden_copy: Path) -> None:
+    second = "tiny-gfx950-h32-fp8-q2-p16-cu256"
+    lines: list[str] = []
+    assert gen.generate(golden_copy, only=[TINY_ID, second], check=True, echo=lines.append) == 0
+    assert not [line for line in lines if line.startswith("  generating")], lines
+    assert lines[-2:] == ["  unchanged: 2 case(s)", "goldens: ok"]
+    lines.clear()
+    assert gen.generate(golden_copy, only=[TINY_ID, second], echo=lines.append) == 0
+    assert [line for line in lines if line.startswith("  generating")] == [
+        f"  generating {TINY_ID}",
+        f"  generating {second}",
+    ]
+
+
 def test_a_refused_golden_leaves_the_store_untouched(golden_copy: Path, monkeypatch) -> None:
     real = gen.build_golden
     second = "tiny-gfx950-h32-fp8-q2-p16-cu256"

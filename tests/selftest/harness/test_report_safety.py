@@ -122,11 +122,12 @@ def test_naming_the_whole_conformance_set_is_a_full_run(project: pytest.Pytester
     )
 
 
-def test_shards_balance_by_recorded_durations(project: pytest.Pytester) -> None:
+MODULE = "tests/conformance/test_metadata.py"
+
+
+def shards_by_durations(project: pytest.Pytester, durations: dict[str, float]) -> list[list[str]]:
+    """The ids each of two shards ran, balanced by `durations` (the sidecars say so)."""
     pytest.importorskip("pytest_split")
-    module = "tests/conformance/test_metadata.py"
-    durations = {f"{module}::test_case[{n}]": 1.0 for n in range(6)}
-    durations[f"{module}::test_heavy"] = 6.0
     (project.path / ".test_durations").write_text(json.dumps(durations))
     selected = []
     for index in (1, 2):
@@ -135,9 +136,28 @@ def test_shards_balance_by_recorded_durations(project: pytest.Pytester) -> None:
         sidecar = json.loads((project.path / junit.replace(".xml", ".meta.json")).read_text())
         assert sidecar["shard_algorithm"] == "durations"
         selected.append(sidecar["selected_ids"])
+    return selected
+
+
+def test_shards_balance_by_recorded_durations(project: pytest.Pytester) -> None:
+    module = MODULE
+    durations = {f"{module}::test_case[{n}]": 1.0 for n in range(6)}
+    durations[f"{module}::test_heavy"] = 6.0
+    selected = shards_by_durations(project, durations)
     heavy_shard = next(ids for ids in selected if f"{module}::test_heavy" in ids)
     assert heavy_shard == [f"{module}::test_heavy"], "6 s alone balances six 1 s cases"
     assert sorted(selected[0] + selected[1]) == sorted(durations)
+
+
+def test_shards_run_the_ids_the_durations_file_lacks(project: pytest.Pytester) -> None:
+    """A durations file older than the tests (test_heavy and two cases not in it) still
+    gives every collected test to one shard."""
+    module = MODULE
+    durations = {f"{module}::test_case[{n}]": 1.0 for n in range(4)}
+    durations[f"{module}::test_removed"] = 3.0
+    first, second = shards_by_durations(project, durations)
+    everything = [f"{module}::test_case[{n}]" for n in range(6)] + [f"{module}::test_heavy"]
+    assert sorted(first + second) == sorted(everything)
 
 
 def test_without_durations_shards_fall_back_to_the_hash(project: pytest.Pytester) -> None:

@@ -17,7 +17,8 @@ from conformance.harness.sharding import (
     shard_index_of,
     sidecar_path,
 )
-from conformance.signoff.synthetic import node_ids
+
+from synthetic_reports import node_ids
 
 IDS = node_ids("metadata", 40) + node_ids("stubs", 25) + node_ids("persistent", 35)
 
@@ -67,6 +68,24 @@ def test_selection_is_independent_of_collection_order() -> None:
     assert set(select_for_shard(shuffled, shard)) == set(select_for_shard(IDS, shard))
     selected = select_for_shard(shuffled, shard)
     assert selected == [node_id for node_id in shuffled if node_id in set(selected)]
+
+
+@pytest.mark.parametrize("count", [2, 3, 4])
+@pytest.mark.parametrize(
+    "timed",
+    [slice(None, None, 2), slice(0, 10), slice(0, 0), slice(None)],
+    ids=["every-other-id", "ten-ids", "no-id", "every-id"],
+)
+def test_durations_lacking_some_ids_still_place_every_id_once(count: int, timed: slice) -> None:
+    """Ids the durations file does not know (new tests) are placed too, once each; ids it
+    knows that were not collected (removed tests) are placed nowhere."""
+    pytest.importorskip("pytest_split")
+    durations = {node_id: 1.0 + n % 3 for n, node_id in enumerate(IDS[timed])}
+    durations["tests/conformance/test_removed.py::test_gone"] = 5.0
+    shards = [select_for_shard(IDS, Shard(i, count), durations) for i in range(1, count + 1)]
+    flat = [node_id for shard in shards for node_id in shard]
+    assert sorted(flat) == sorted(IDS), "every collected id in exactly one shard"
+    assert all(shards), [len(shard) for shard in shards]
 
 
 def test_shard_assignment_is_pinned_across_machines() -> None:

@@ -11,7 +11,7 @@ import torch
 
 from conformance.errors import MetadataError
 from conformance.metadata import batch, corpus, paging
-from conformance.metadata import validator as validator_module
+from conformance.metadata.checked import same_device
 from conformance.metadata.validator import validate
 
 
@@ -32,9 +32,9 @@ def test_max_query_len_is_exact():
 
 
 def test_device_without_an_index_matches_any_index():
-    assert validator_module._same_device(torch.device("cuda", 1), torch.device("cuda"))
-    assert not validator_module._same_device(torch.device("cuda", 1), torch.device("cuda", 0))
-    assert not validator_module._same_device(torch.device("cpu"), torch.device("cuda"))
+    assert same_device(torch.device("cuda", 1), torch.device("cuda"))
+    assert not same_device(torch.device("cuda", 1), torch.device("cuda", 0))
+    assert not same_device(torch.device("cpu"), torch.device("cuda"))
 
 
 def test_a_device_argument_names_the_misplaced_tensors():
@@ -81,14 +81,14 @@ def _accepted_or_misnamed(names: list[str]) -> list[str]:
     return missed
 
 
-def test_corpus_catches_a_validator_without_block_ownership(monkeypatch):
-    monkeypatch.setattr(paging, "_check_ownership", lambda live, writes: None)
+def test_corpus_catches_a_validator_without_block_ownership(swap_rule):
+    swap_rule("V26", None)
     names = ["write-into-another-requests-write-block", "write-into-another-requests-prefix"]
     assert _accepted_or_misnamed(names) == names
 
 
-def test_corpus_catches_a_validator_blaming_the_tensors_for_num_reqs(monkeypatch):
-    monkeypatch.setattr(validator_module, "_check_num_reqs", lambda cam: None)
+def test_corpus_catches_a_validator_blaming_the_tensors_for_num_reqs(swap_rule):
+    swap_rule("V6", None)
     names = ["num-reqs-plus-one", "num-reqs-minus-one"]
     assert _accepted_or_misnamed(names) == names
 
@@ -98,7 +98,8 @@ def test_corpus_catches_a_validator_accepting_the_null_block(monkeypatch):
     assert _accepted_or_misnamed(["null-block-as-context"]) == ["null-block-as-context"]
 
 
-def test_corpus_catches_a_validator_without_the_tensor_checks(monkeypatch):
-    monkeypatch.setattr(validator_module, "_check_tensor", lambda *args: None)
+def test_corpus_catches_a_validator_without_the_tensor_checks(swap_rule):
+    swap_rule("V4", None)
+    swap_rule("V5", None)
     names = [n for n in corpus.CORRUPTIONS if n.endswith(("-dtype", "-device"))]
     assert _accepted_or_misnamed(names) == names

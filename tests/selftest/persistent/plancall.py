@@ -52,7 +52,7 @@ def plan_args(
 
 
 def works_of(plan: Any) -> list[tuple[int, ...]]:
-    """Works as (batch, loc, qs, qe, ks, ke, off), as the research note writes them."""
+    """Works as (batch, loc, qs, qe, ks, ke, off), as docs/planner.md writes them."""
     return [tuple(w[:7]) for w in plan.work_info_set[: plan.num_works].tolist()]
 
 

@@ -1,6 +1,6 @@
-"""Negative controls of the plan invariants (research note §2.9): broken plans are rejected.
+"""Negative controls of the plan invariants (docs/planner.md): broken plans are rejected.
 
-Each test breaks a correct plan (the worked examples of §2.3) the way a buggy planner
+Each test breaks a correct plan (docs/planner.md's worked examples) the way a buggy planner
 would and asserts `check_plan` names the right invariant, the work or tile and the fields.
 """
 
@@ -215,6 +215,14 @@ def test_wrong_q_range_is_rejected_by_i3() -> None:
     plan = plan_persistent_decode(**EXAMPLE_3)
     set_work(plan, 1, qo_start=0, qo_end=2)  # tile 1 now overlaps tile 0's row
     assert "I3" in ids(violations(plan, EXAMPLE_3))
+
+
+def test_work_outside_every_batch_is_rejected_by_i3() -> None:
+    plan = plan_persistent_decode(**EXAMPLE_1)
+    set_work(plan, 2, batch_idx=3)  # batch 1's only work names a fourth batch of three
+    found = [v for v in violations(plan, EXAMPLE_1) if v.invariant == "I3"]
+    assert found and found[0].work == 2 and found[0].fields == ("batch_idx",)
+    assert "batch_idx=3 outside 0..2" in found[0].message
 
 
 def test_over_budget_program_is_rejected_by_i11() -> None:

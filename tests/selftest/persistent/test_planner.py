@@ -1,7 +1,7 @@
 """Self-tests of the reference persistent-decode planner: worked examples, head layout, fuzz.
 
-Worked examples come from research note aiter_persistent_mla.md (§2.3), checked against
-AITER's source (v1_2_device.cuh); buffer sizing is in test_sizing.py, bad input in
+The worked examples are docs/planner.md's, checked against AITER's source
+(``csrc/kernels/mla/metadata/v1_2_device.cuh``); buffer sizing is in test_sizing.py, bad input in
 test_planner_errors.py.
 """
 
@@ -31,7 +31,7 @@ BF16, FP8_FN, FP8_FNUZ, invariants_of, plan_args, works_of = (
 
 
 # ---------------------------------------------------------------------------------------
-# Research note §2.3 worked examples, exactly as written there
+# docs/planner.md's worked examples, exactly as written there
 
 
 def test_worked_example_1_splits_and_wasted_program() -> None:
@@ -49,7 +49,7 @@ def test_worked_example_1_splits_and_wasted_program() -> None:
         (2, 2, 2, 3, 1050, 1338, 2712),
     ]
     assert works[-1] == (2, 7, 2, 3, 3770, 4050, 0)
-    # The note elides works 4..7; each is one full program of 38 blocks (608 tokens).
+    # Works 4..7: each is one full program of 38 blocks (608 tokens).
     assert [(w[4], w[5]) for w in works[4:8]] == [
         (1338, 1946),
         (1946, 2554),

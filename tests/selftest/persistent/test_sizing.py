@@ -1,5 +1,5 @@
-"""Self-tests of the planner's buffer sizing (research note aiter_persistent_mla.md §1.1),
-checked against AITER's ``get_mla_metadata_info_v1`` (attention.py)."""
+"""Self-tests of the planner's buffer sizing, checked against AITER's
+``get_mla_metadata_info_v1`` (``aiter/ops/attention.py`` in ROCm/aiter)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ BF16, FP8_FN, FP8_FNUZ, plan_args = (
 
 
 # ---------------------------------------------------------------------------------------
-# Buffer sizing (research note §1.1)
+# Buffer sizing (AITER's get_mla_metadata_info_v1)
 
 
 @pytest.mark.parametrize(

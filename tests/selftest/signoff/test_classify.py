@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from conformance.applicability import Declaration, case_facts_table
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.loading import family_of_node_id, node_id_from_junit
 from conformance.signoff.model import Outcome, Status, Verdict
-from conformance.signoff.synthetic import (
+
+from synthetic_reports import (
     SyntheticCase,
     junit_xml,
     node_ids,
@@ -21,6 +23,8 @@ from conformance.signoff.synthetic import (
 )
 
 IDS = node_ids("metadata", 6) + node_ids("persistent", 4)
+CASES = list(case_facts_table())
+PLAN_FREE = Declaration("cpu", plan_format=None)
 FIRST, SECOND = IDS[0], IDS[7]
 
 
@@ -35,6 +39,7 @@ def sign(tmp_path: Path, expectations: Path, **changes):
     options = offline_options(
         tmp_path / "reports", write=False, expectations_dir=expectations, **changes
     )
+    options.backends.declarations = {"cpu": PLAN_FREE}  # type: ignore[attr-defined]
     return run_signoff(options)
 
 
@@ -248,17 +253,20 @@ def test_an_xfail_without_an_expectation_entry_is_unexplained(tmp_path: Path, ex
 
 
 def test_not_applicable_is_counted_apart_and_never_blocks(tmp_path: Path, expectations) -> None:
-    message = "not applicable: backend declares plan_format=None"
-    write(
-        tmp_path,
-        outcomes={FIRST: "skipped", SECOND: "skipped"},
-        messages=dict.fromkeys((FIRST, SECOND), message),
+    plan = [f"tests/conformance/test_plan.py::test_plan_matches_golden[{c}]" for c in CASES[:2]]
+    message = "not applicable: cpu declares plan_format=None"
+    write_backend(
+        tmp_path / "reports" / "junit",
+        "cpu",
+        IDS + plan,
+        outcomes=dict.fromkeys(plan, "skipped"),
+        messages=dict.fromkeys(plan, message),
     )
     result = sign(tmp_path, expectations, release=True, no_collect=True, require=None)
     cpu = result.backends["cpu"]
-    assert outcome_of(result, FIRST) == Outcome.NOT_APPLICABLE
+    assert outcome_of(result, plan[0]) == Outcome.NOT_APPLICABLE
     assert cpu.status == Status.PASS
-    assert cpu.reason == "8 passed, 2 not-applicable"
+    assert cpu.reason == "10 passed, 2 not-applicable"
     assert not any("cpu" in line for line in result.blocking)
 
 
@@ -270,7 +278,14 @@ def test_not_applicable_without_a_reason_is_unexplained(tmp_path: Path, expectat
 
 
 def test_a_backend_where_nothing_applies_or_passes_is_no_pass(tmp_path: Path, expectations) -> None:
-    message = "not applicable: backend declares no decode"
-    write(tmp_path, outcomes=dict.fromkeys(IDS, "skipped"), messages=dict.fromkeys(IDS, message))
+    plan = [f"tests/conformance/test_plan.py::test_plan_matches_golden[{c}]" for c in CASES[:10]]
+    message = "not applicable: cpu declares plan_format=None"
+    write_backend(
+        tmp_path / "reports" / "junit",
+        "cpu",
+        plan,
+        outcomes=dict.fromkeys(plan, "skipped"),
+        messages=dict.fromkeys(plan, message),
+    )
     cpu = sign(tmp_path, expectations).backends["cpu"]
     assert (cpu.status, cpu.reason) == (Status.INCOMPLETE, "no test passed (10 not-applicable)")

@@ -9,7 +9,8 @@ import pytest
 
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.model import Status, Verdict
-from conformance.signoff.synthetic import (
+
+from synthetic_reports import (
     SyntheticCase,
     junit_xml,
     node_ids,

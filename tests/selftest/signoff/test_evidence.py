@@ -13,7 +13,8 @@ from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.evidence import save_evidence
 from conformance.signoff.fingerprint import behaviour_files, changed_files, fingerprint
 from conformance.signoff.model import Status, Verdict
-from conformance.signoff.synthetic import node_ids, offline_options, write_backend, write_evidence
+
+from synthetic_reports import node_ids, offline_options, write_backend, write_evidence
 
 IDS = node_ids("metadata", 5) + node_ids("persistent", 3)
 REPOSITORY = Path(__file__).resolve().parents[3]

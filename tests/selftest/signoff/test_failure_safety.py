@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conformance.signoff import cli, engine
-from conformance.signoff.synthetic import node_ids, write_backend
+
+from synthetic_reports import node_ids, write_backend
 
 IDS = node_ids("metadata", 6)
 REPOSITORY = Path(__file__).resolve().parents[3]

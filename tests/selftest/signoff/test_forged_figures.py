@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from conformance.applicability import Declaration, case_facts_table, not_applicable
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.model import Status
-from conformance.signoff.synthetic import node_ids, offline_options, reseal, write_backend
+
+from synthetic_reports import node_ids, offline_options, reseal, write_backend
 
 IDS = node_ids("metadata", 3) + node_ids("numerics", 3, test="test_decode_matches_golden")
 
@@ -36,12 +38,23 @@ def test_passed_comparisons_without_their_figures_are_incomplete(tmp_path: Path)
 def test_a_backend_whose_comparisons_were_all_not_applicable_is_incomplete(
     tmp_path: Path,
 ) -> None:
-    numerics = [i for i in IDS if "test_decode_matches_golden" in i]
-    outcomes = dict.fromkeys(numerics, "skipped")
-    messages = dict.fromkeys(
-        numerics, "not applicable: cpu declares q_dtypes=(), the case has q bf16"
+    fp8_q = [case for case in case_facts_table().values() if case.q_dtype != "bf16"][:3]
+    declaration = Declaration("cpu", q_dtypes=("bf16",))
+    numerics = [
+        f"tests/conformance/test_numerics.py::test_decode_matches_golden[{c.id}]" for c in fp8_q
+    ]
+    messages = {node_id: not_applicable(declaration, node_id) for node_id in numerics}
+    assert all(messages.values())
+    ids = node_ids("metadata", 3) + numerics
+    write_backend(
+        tmp_path / "junit",
+        "cpu",
+        ids,
+        outcomes=dict.fromkeys(numerics, "skipped"),
+        messages=messages,
     )
-    write_backend(tmp_path / "junit", "cpu", IDS, outcomes=outcomes, messages=messages)
-    status, reason = _status(tmp_path)
-    assert status is Status.INCOMPLETE
-    assert reason.startswith("the numerics contract did not run"), reason
+    options = offline_options(tmp_path, require=["cpu"])
+    options.backends.declarations = {"cpu": declaration}  # type: ignore[attr-defined]
+    backend = run_signoff(options).backends["cpu"]
+    assert backend.status is Status.INCOMPLETE
+    assert backend.reason.startswith("the numerics contract did not run"), backend.reason

@@ -11,7 +11,8 @@ import pytest
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.integrity import claimed_device_kind
 from conformance.signoff.model import Status, Verdict
-from conformance.signoff.synthetic import (
+
+from synthetic_reports import (
     SyntheticCase,
     junit_xml,
     node_ids,

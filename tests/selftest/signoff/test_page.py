@@ -12,7 +12,8 @@ import pytest
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.headroom import case_figures
 from conformance.signoff.model import Verdict
-from conformance.signoff.synthetic import node_ids, offline_options, write_backend
+
+from synthetic_reports import node_ids, offline_options, write_backend
 
 IDS = node_ids("metadata", 4) + node_ids("persistent", 3, test="test_decode_matches_golden")
 NUMERICS = {
@@ -28,7 +29,7 @@ def write(reports: Path, backend: str = "cpu", **kwargs) -> None:
 
 def with_figures(reports: Path, backend: str, figures: dict[str, str]) -> None:
     """Add error figures to the numerics cases of ``backend``'s report (and reseal it)."""
-    from conformance.signoff.synthetic import reseal
+    from synthetic_reports import reseal
 
     path = reports / "junit" / f"{backend}.xml"
     properties = "".join(f'<property name="{k}" value="{v}" />' for k, v in figures.items())

@@ -20,7 +20,8 @@ from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.evidence import save_evidence
 from conformance.signoff.machine import RegistryView
 from conformance.signoff.model import Status, Verdict
-from conformance.signoff.synthetic import (
+
+from synthetic_reports import (
     node_ids,
     offline_options,
     sha256_of,

@@ -73,7 +73,7 @@ class DenseTorchBackend(Backend):
         out = torch.zeros((tokens, heads, KV_LORA_RANK))
         lse = torch.full((tokens, heads), float("-inf"))
         qsl = decode.query_start_loc_cpu.tolist()
-        for request in range(len(decode.kv_indptr) - 1):
+        for request in range(decode.num_requests):  # padded rows have no CSR entry
             q0, q1 = qsl[request], qsl[request + 1]
             kv = request_kv(kv_cache, decode, request)
             if q1 > q0 and kv.shape[0]:

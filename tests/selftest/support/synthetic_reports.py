@@ -1,7 +1,9 @@
 """Synthetic JUnit reports and sidecars shaped like the ones pytest and the report plugin write.
 
-For the selftests (and as executable documentation of both formats): `write_backend` writes
-the files of one backend run, sharded or not, with chosen outcomes per id.
+A test double of the selftests (importable as ``synthetic_reports``: pyproject.toml puts
+``tests/selftest/support`` on pytest's path), and executable documentation of both formats:
+`write_backend` writes the files of one backend run, sharded or not, with chosen outcomes
+per id.
 """
 
 from __future__ import annotations

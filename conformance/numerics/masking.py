@@ -1,0 +1,220 @@
+"""The exact masking check: a crafted paged cache on which a leaked token cannot hide.
+
+Every kv slot a query row must not see — the tokens past the row's causal window, the slots
+past each sequence's end, the unused and the null blocks — holds a **sentinel**: a key whose
+rope part is aligned with that row's q, so that its score ``S`` is far above every visible
+token's, and the value vector ``SENTINEL_VALUE`` in every column. Every visible token's
+score is exactly 0 (its key is orthogonal to the row's q), so the exact result of row ``r``
+that sees ``V_r`` tokens is known without any numerics:
+
+    lse_r = ln(V_r)             out_r = kv_scale · mean of the values of its V_r tokens
+
+How it is crafted (q and cache rows are 576 wide: 512 latent columns, then 64 rope columns):
+query token ``i`` of a request has ``Q_ROPE`` in rope column ``i`` and zeros elsewhere; the
+kv token at ``L − n + 1 + j`` (one of the last ``n − 1`` tokens of a request with ``n`` query
+tokens and ``L`` kv tokens) is hidden from query tokens ``i ≤ j`` and so carries ``K_ROPE``
+in rope columns ``0..j`` and the sentinel value; a slot outside every sequence carries
+``K_ROPE`` in every query column. Every other token is honest: rope part 0, latent values
+multiples of 1/8 in [−1, 1]. All these values are exact in bf16 and both e4m3 flavours.
+
+The margins are derived, not tuned:
+
+- **lse**: a leaked sentinel gives ``lse ≥ S = Q_ROPE · K_ROPE · sm_scale · q_scale ·
+  kv_scale`` (≈ 42.7, against ``ln(V) ≤ ln 64``); a token wrongly hidden lowers it by
+  ``ln(V / (V − 1))``. The bound is half the smallest such change, ``½ ln(V_max / (V_max −
+  1))``; the exact figure's rounding (fp32: ~1e-6) is far below it.
+- **output**: one leaked sentinel takes weight ``w ≥ 1 − V·e^−S`` and moves the row's output
+  in every column to at least ``kv_scale · (w · SENTINEL_VALUE − (1 − w))``; the bound is half
+  the smallest distance from there to the exact output (``0.875 · kv_scale`` for the batch
+  below, set by the last query token of the request whose kv length equals its query
+  length), while a correct decode's output is off by a few bf16 roundings of values
+  ≤ ``8 · kv_scale`` (measured on the ``cpu`` and ``interpret`` backends: at most
+  ``0.021 · kv_scale``, and 2.8e-7 on the LSE).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from conformance.metadata.batch import BatchSpec, make_cam
+from conformance.metadata.record import CommonAttentionMetadata
+from conformance.numerics.fp8 import is_fp8
+
+KV_LORA_RANK = 512
+HEAD_SIZE = 576
+Q_ROPE = 16.0
+K_ROPE = 64.0
+SENTINEL_VALUE = 8.0
+SM_SCALE = 1.0 / math.sqrt(HEAD_SIZE)
+FP8_Q_SCALE = 0.5
+FP8_KV_SCALE = 2.0
+# Requests (kv lengths) of 4 query tokens each, pages of 16 tokens: a last page with 5 of
+# 16 slots used, a request whose first query token sees one token (kv = q), three pages.
+SEQ_LENS = (21, 4, 40)
+QUERY_LEN = 4
+PAGE_SIZE = 16
+HEADS = 16
+SPARE_BLOCKS = 1
+SEED = 25
+
+
+@dataclass(frozen=True)
+class MaskingBatch:
+    """The crafted batch, its exact result and the margins of the check."""
+
+    cam: CommonAttentionMetadata
+    q: torch.Tensor
+    kv_cache: torch.Tensor
+    sm_scale: float
+    q_scale: float
+    kv_scale: float
+    visible: torch.Tensor
+    """int64 [tokens]: kv tokens each query row sees."""
+    rows: list[tuple[int, int]]
+    """(request, query token) of each row."""
+    expected_out: torch.Tensor
+    """fp64 [tokens, 512] (the same for every head)."""
+    expected_lse: torch.Tensor
+    """fp64 [tokens]."""
+    sentinel_score: float
+    lse_bound: float
+    out_bound: float
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks in the cache, the null block included."""
+        return int(self.kv_cache.shape[0])
+
+
+def _visible(seq_len: int, n: int, causal: bool) -> list[int]:
+    return [seq_len - n + 1 + i if causal else seq_len for i in range(n)]
+
+
+def make_masking_batch(
+    q_dtype: torch.dtype, kv_dtype: torch.dtype, device: torch.device | str = "cpu"
+) -> MaskingBatch:
+    """The crafted causal batch in these dtypes (fp8: per-tensor scales 0.5 and 2)."""
+    n = QUERY_LEN
+    spec = BatchSpec(SEQ_LENS, (n,) * len(SEQ_LENS), "masking")
+    pages = sum(-(-s // PAGE_SIZE) for s in SEQ_LENS)
+    num_blocks = pages + 1 + SPARE_BLOCKS
+    cam = make_cam(
+        spec,
+        block_size=PAGE_SIZE,
+        device=device,
+        num_blocks=num_blocks,
+        seed=SEED,
+        decode_threshold=n,
+    )
+    q_scale = FP8_Q_SCALE if is_fp8(q_dtype) else 1.0
+    kv_scale = FP8_KV_SCALE if is_fp8(kv_dtype) else 1.0
+    gen = torch.Generator().manual_seed(SEED)
+    # every slot starts as a sentinel hidden from every query token
+    cache = torch.zeros((num_blocks * PAGE_SIZE, HEAD_SIZE), dtype=torch.float64)
+    cache[:, :KV_LORA_RANK] = SENTINEL_VALUE
+    cache[:, KV_LORA_RANK : KV_LORA_RANK + n] = K_ROPE
+    q = torch.zeros((len(SEQ_LENS) * n, HEADS, HEAD_SIZE), dtype=torch.float64)
+    table = cam.block_table_tensor.cpu()
+    rows, visible = [], []
+    for b, length in enumerate(SEQ_LENS):
+        slots = table[b, torch.arange(length) // PAGE_SIZE] * PAGE_SIZE
+        slots = slots.to(torch.int64) + torch.arange(length) % PAGE_SIZE
+        honest = torch.randint(-8, 9, (length, KV_LORA_RANK), generator=gen) / 8.0
+        cache[slots, :KV_LORA_RANK] = honest.double()
+        cache[slots, KV_LORA_RANK:] = 0.0
+        for j in range(n - 1):  # the window's tail: hidden from query tokens 0..j
+            p = length - n + 1 + j
+            if p >= 0:
+                cache[slots[p], :KV_LORA_RANK] = SENTINEL_VALUE
+                cache[slots[p], KV_LORA_RANK : KV_LORA_RANK + j + 1] = K_ROPE
+        for i in range(n):
+            q[b * n + i, :, KV_LORA_RANK + i] = Q_ROPE
+            rows.append((b, i))
+        visible += _visible(length, n, cam.causal)
+    kv = cache.view(num_blocks, PAGE_SIZE, HEAD_SIZE)
+    expected_out, expected_lse = _exact_result(kv, cam, visible, kv_scale)
+    score = Q_ROPE * K_ROPE * SM_SCALE * q_scale * kv_scale
+    most = max(visible)
+    lse_bound = 0.5 * math.log(most / (most - 1))
+    weight = 1.0 - most * math.exp(-score)  # one leaked sentinel's weight, at least
+    leaked = kv_scale * (weight * SENTINEL_VALUE - (1.0 - weight))
+    out_bound = 0.5 * float((leaked - expected_out).min())
+    return MaskingBatch(
+        cam=cam,
+        q=q.float().to(q_dtype).to(device),
+        kv_cache=kv.float().to(kv_dtype).to(device),
+        sm_scale=SM_SCALE,
+        q_scale=q_scale,
+        kv_scale=kv_scale,
+        visible=torch.tensor(visible),
+        rows=rows,
+        expected_out=expected_out,
+        expected_lse=expected_lse,
+        sentinel_score=score,
+        lse_bound=lse_bound,
+        out_bound=out_bound,
+    )
+
+
+def _exact_result(
+    kv: torch.Tensor, cam: CommonAttentionMetadata, visible: list[int], kv_scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every visible score is 0: the output is the mean of the visible values."""
+    table = cam.block_table_tensor.cpu().to(torch.int64)
+    flat = kv.reshape(-1, HEAD_SIZE)
+    outs = []
+    row = 0
+    for b, length in enumerate(SEQ_LENS):
+        slots = table[b, torch.arange(length) // PAGE_SIZE] * PAGE_SIZE
+        slots = slots + torch.arange(length) % PAGE_SIZE
+        for _ in range(QUERY_LEN):
+            seen = slots[: visible[row]]
+            outs.append(flat[seen, :KV_LORA_RANK].mean(dim=0) * kv_scale)
+            row += 1
+    lse = torch.tensor(visible, dtype=torch.float64).log()
+    return torch.stack(outs), lse
+
+
+def worst_errors(batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor) -> dict[str, float]:
+    """The largest LSE and output errors against the exact result (over every row)."""
+    out = out.detach().to("cpu", torch.float64)
+    lse = lse.detach().to("cpu", torch.float64)
+    return {
+        "lse_err": float((lse - batch.expected_lse[:, None]).abs().max()),
+        "out_err": float((out - batch.expected_out[:, None, :]).abs().max()),
+    }
+
+
+def masking_problems(batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor) -> list[str]:
+    """One line per query row whose output or LSE shows a token it must not see."""
+    out = out.detach().to("cpu", torch.float64)
+    lse = lse.detach().to("cpu", torch.float64)
+    problems = []
+    for r, (b, i) in enumerate(batch.rows):
+        where = (
+            f"request {b} query token {i} (kv {SEQ_LENS[b]}, sees the first "
+            f"{int(batch.visible[r])} tokens)"
+        )
+        got_lse = lse[r]
+        lse_err = float((got_lse - batch.expected_lse[r]).abs().max())
+        if not lse_err <= batch.lse_bound:
+            worst = float(got_lse[(got_lse - batch.expected_lse[r]).abs().argmax()])
+            seen = int(batch.visible[r])
+            fewer = math.log(seen - 1) if seen > 1 else -math.inf
+            problems.append(
+                f"{where}: lse {worst:.4f}, exact ln({seen}) = "
+                f"{float(batch.expected_lse[r]):.4f} (bound ±{batch.lse_bound:.4f}): a leaked "
+                f"sentinel makes it {batch.sentinel_score:.2f} or more, one token hidden too "
+                f"many ln({seen - 1}) = {fewer:.4f}"
+            )
+        out_err = float((out[r] - batch.expected_out[r]).abs().max())
+        if not out_err <= batch.out_bound:
+            problems.append(
+                f"{where}: output off the mean of its visible values by {out_err:.3f} "
+                f"(bound {batch.out_bound:.3f}, half of what one leaked sentinel moves it; "
+                f"sentinel value {SENTINEL_VALUE * batch.kv_scale:g})"
+            )
+    return problems
