@@ -24,7 +24,7 @@ from conformance.audit.definition import CamDefinition
 from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
 from conformance.audit.measured import Measured, site_kinds
-from conformance.audit.reach import ScopeGraph, families, reached_from
+from conformance.audit.reach import ScopeGraph, definer, families, reached_from, run_time_reason
 from conformance.audit.transforms import callers, transformation, transformation_needs
 from conformance.audit.usage import CAM_NAME, PREFILL_ONLY
 
@@ -211,8 +211,9 @@ def _site_table(
             continue
         for method, fields in index.by_method(one.target, "cam").items():
             if one.method is None or method == one.method:
-                _, definer = index.method_self(one.target, method)
-                table.setdefault(f"{(definer or one.target).name}.{method}", []).extend(fields)
+                for field in fields:
+                    owner = definer(index, one.target, method, "cam", _field(field))
+                    table.setdefault(f"{owner.name}.{method}", []).append(field)
     runtime = [r for r in reached if r.runtime]
     for base, count in families(index, runtime, "cam"):
         if count < len(runtime):
@@ -220,10 +221,7 @@ def _site_table(
         if not (measured and measured.field_needs(base, kinds, table, exact=True)):
             for method, fields in index.class_facts(base)["cam"].items():  # type: ignore[index]
                 table.setdefault(f"{base.name}.{method}", []).extend(fields)
-        reasons.append(
-            f"{base.name}, run by every one of the {count} consumers that "
-            f"{runtime[0].how.split(' (any member')[0]} may choose at run time"
-        )
+        reasons.append(run_time_reason(base, count, runtime, "consumers"))
     return table, reasons
 
 

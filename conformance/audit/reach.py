@@ -198,3 +198,25 @@ def families(index: Index, candidates: list[Reached], table: str) -> list[tuple[
                 _, count = counts.get(base.key, (base, 0))
                 counts[base.key] = (base, count + 1)
     return [(t, n) for t, n in counts.values() if n >= 2]
+
+
+def definer(index: Index, target: Target, method: str, table: str, item: str) -> Target:
+    """The class whose own `method` reads `item` (a field or a layer path) for `target`:
+    itself or the in-tree base it inherits (or ``super()``-calls) that read from."""
+    for base in ancestors(index, target):
+        info = index.class_facts(base)
+        entries = (info or {}).get(table, {}).get(method, [])
+        if any((e[0] if isinstance(e, list) else e.split("@", 1)[0]) == item for e in entries):
+            return base
+    return target
+
+
+def run_time_reason(base: Target, count: int, candidates: list[Reached], kind: str) -> str:
+    """Why a family base is judged: how many run-time candidates run it, chosen from what."""
+    head = candidates[0].how.split(" (any member", 1)[0]
+    ref, _, where = head.partition(" named in ")
+    share = "every one" if count == len(candidates) else f"{count}"
+    return (
+        f"{base.name} is run by {share} of the {len(candidates)} {kind} chosen at run time "
+        f"from {ref} (named in {where})"
+    )

@@ -30,7 +30,14 @@ from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
 from conformance.audit.measured import Measured
 from conformance.audit.protocol import LayerProtocol
-from conformance.audit.reach import ScopeGraph, ancestors, families, reached_from
+from conformance.audit.reach import (
+    ScopeGraph,
+    ancestors,
+    definer,
+    families,
+    reached_from,
+    run_time_reason,
+)
 
 LAYER_BASE = "AttentionLayerBase"
 
@@ -154,9 +161,8 @@ class StubJudge:
                 continue
             if any(k in keys and m in (method, "*") for k, m in patched):
                 continue  # replaced by the test: its body never runs
-            _, definer = self.index.method_self(builder, method)
-            reader = f"{(definer or builder).name}.{method}"
             for path, kind, scope in reads:
+                reader = f"{definer(self.index, builder, method, 'layer', path).name}.{method}"
                 if scope == "first" and not shape.get("first", True):
                     continue  # read from the group's first layer only
                 if kind is None or (
@@ -212,10 +218,7 @@ class StubJudge:
             own = self.index.class_facts(base)["layer"]  # type: ignore[index]
             if not {p.split(".")[0] for reads in own.values() for p, *_ in reads} & attrs:
                 continue  # the stub is not written for this family
-            reason = (
-                f"{base.name} is run by {count} of the {len(runtime)} builders that "
-                f"{runtime[0].how.split(' (any member')[0]} may choose at run time"
-            )
+            reason = run_time_reason(base, count, runtime, "builders")
             judge(base, list(own), reason)
             judged = True
         return (needs, why) if judged else None
