@@ -17,7 +17,7 @@ from conformance.audit import reach_facts, usage
 from conformance.audit.astutil import constant_str, dotted, iter_scopes, terminal
 from conformance.audit.definition import definition_facts
 
-FACTS_VERSION = 13
+FACTS_VERSION = 14
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
@@ -62,6 +62,7 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
         "patched": {},
         "called": [],
         "speculative": [],
+        "params": {},
         "noqa": suppressions(text),
         "cam_defs": [],
     }
@@ -113,6 +114,9 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
             if scope.kind != "class":
                 if scope.qualname not in facts["refs"]:
                     facts["refs"][scope.qualname] = usage.scope_refs(scope)
+                params = reach_facts.parameters(scope.node)
+                if params:
+                    facts["params"][scope.qualname] = params
                 if facts["sites"] and reach_facts.configures_speculation(scope.nodes):
                     facts["speculative"].append(scope.qualname)
                 patched = reach_facts.patched_methods(scope.nodes)

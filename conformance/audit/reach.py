@@ -2,8 +2,8 @@
 
 A scope reaches the classes with `table` facts (builders: ``layer``; consumers: ``cam``)
 that it names, or that the module-level names it uses are bound to; else those its callees
-in the same file name; else those its callers (and their other callees) name, nearest
-first. A name reaches a class
+in the same file name (a test's fixtures, named by its parameters, count as callees); else
+those its callers (and their other callees) name, nearest first. A name reaches a class
 
 * directly (``MLACommonMetadataBuilder``); ``Cls.method`` reaches that method only (a
   static helper handed the record is not charged with the class's other methods);
@@ -102,6 +102,7 @@ class ScopeGraph:
     def __init__(self, facts: dict[str, Any]) -> None:
         self.refs: dict[str, list[str]] = facts["refs"]
         self.globals: dict[str, list[str]] = facts.get("globals", {})
+        self.params: dict[str, list[str]] = facts.get("params", {})
         self.callees: dict[str, set[str]] = {q: self._callees(q) for q in self.refs}
 
     def names(self, qualname: str) -> list[str]:
@@ -121,7 +122,7 @@ class ScopeGraph:
 
     def _callees(self, qualname: str) -> set[str]:
         owner = qualname.rsplit(".", 1)[0] if "." in qualname else None
-        found = set()
+        found = {p for p in self.params.get(qualname, ()) if p in self.refs and p != qualname}
         for ref in self.refs.get(qualname, []):
             head, _, rest = ref.partition(".")
             candidates = [ref, f"{qualname}.<locals>.{ref}"]

@@ -8,6 +8,7 @@
   ``"*"`` (any method).
 * `configures_speculation`: a scope that sets up speculative decoding (its batches are
   decode-only verification batches).
+* `parameters`: a function's parameters (a pytest test reaches the fixtures it names).
 * `called_methods`: the attribute names a file calls (``x.unpadded(...)``), to tell which
   transformations of the record are used.
 """
@@ -86,3 +87,11 @@ def configures_speculation(nodes: list[ast.AST]) -> bool:
         if isinstance(node, ast.keyword) and node.arg in SPECULATIVE:
             return True
     return False
+
+
+def parameters(node: ast.AST) -> list[str]:
+    """A function's parameter names: a test's fixtures are named by them."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    args = node.args
+    return [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]

@@ -82,6 +82,23 @@ def test_module_level_reach(tmp_path, write_tree):
     assert "named in module-level BUILDER, used in make" in finding.message
 
 
+@pytest.mark.parametrize(
+    ("dims", "expected"), [("", [("STUB001", ("kv_lora_rank",))]), (", kv_lora_rank=1", [])]
+)
+def test_a_fixture_is_reached_from_the_test_naming_it(tmp_path, write_tree, dims, expected):
+    body = (
+        "import pytest\n\n\n"
+        "@pytest.fixture\n"
+        "def layer_ctx(cfg, pb):\n"
+        f'    cfg.compilation_config.static_forward_context["l"] = NS(prefill_backend=pb{dims})\n'
+        "    return cfg\n\n\n"
+        "def test_it(layer_ctx):\n"
+        '    ABuilder(["l"], layer_ctx)'
+    )
+    found, _ = _found(tmp_path, write_tree, _site(body))
+    assert [(code, names) for _, code, names in found] == expected
+
+
 def test_several_builders_are_all_judged(tmp_path, write_tree):
     """The stub satisfies the first builder it reaches and not the second: judging by the
     first builder only would pass it."""
