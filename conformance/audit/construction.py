@@ -16,7 +16,7 @@ only. A transformation of the record (`transforms`) is judged against every buil
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -175,14 +175,14 @@ def site_needs(
     facts: dict[str, Any],
     qualname: str,
     measured: Measured | None = None,
-) -> tuple[dict[str, list[str]], list[str]]:
+) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Consumer method (``Class.method``) → the fields it needs, for the consumers a site in
-    `qualname` reaches, and why each is reached. Fields read on the prefill path only are
+    `qualname` reaches, and consumer → why it is reached. Fields read on the prefill path only are
     left out for a decode-only site (`decode_only`)."""
     decodes = decode_only(facts, qualname)
     table, reasons = _site_table(index, module, facts, qualname, measured, site_kinds(decodes))
     if decodes and any(PREFILL_ONLY in f for fields in table.values() for f in fields):
-        reasons.append(
+        reasons["*"] = (
             "its batches are decodes (it sets up speculative decoding), so reads on the "
             "prefill path only are not required"
         )
@@ -199,30 +199,62 @@ def _site_table(
     qualname: str,
     measured: Measured | None,
     kinds: tuple[str, ...],
-) -> tuple[dict[str, list[str]], list[str]]:
+) -> tuple[dict[str, list[str]], dict[str, str]]:
     table: dict[str, list[str]] = {}
-    reasons: list[str] = []
+    reasons: dict[str, str] = {}
+
+    def note(reason: str) -> None:
+        for consumer in table:
+            reasons.setdefault(consumer, reason)
+
     reached = reached_from(index, module, facts, qualname, "cam")
     for one in reached:
         if one.runtime:
             continue
-        reasons.append(one.how)
         if measured and measured.field_needs(one.target, kinds, table):
+            note(one.how)
             continue
         for method, fields in index.by_method(one.target, "cam").items():
             if one.method is None or method == one.method:
                 for field in fields:
                     owner = definer(index, one.target, method, "cam", _field(field))
                     table.setdefault(f"{owner.name}.{method}", []).append(field)
+        note(one.how)
     runtime = [r for r in reached if r.runtime]
+    stubs = stub_attributes(index, module, facts) if runtime else []
     for base, count in families(index, runtime, "cam"):
-        if count < len(runtime):
-            continue  # needed by some candidates only: the choice is the caller's
-        if not (measured and measured.field_needs(base, kinds, table, exact=True)):
+        every = count == len(runtime)
+        read = {
+            p.split(".")[0]
+            for reads in index.class_facts(base)["layer"].values()
+            for p, *_ in reads
+        }  # type: ignore[index]
+        written_for = [line for line, attrs in stubs if attrs & read]
+        if not (every or written_for):
+            continue  # needed by some candidates only, and nothing here is written for them
+        if not (measured and measured.field_needs(base, kinds, table, exact=every)):
             for method, fields in index.class_facts(base)["cam"].items():  # type: ignore[index]
                 table.setdefault(f"{base.name}.{method}", []).extend(fields)
-        reasons.append(run_time_reason(base, count, runtime, "consumers"))
+        reason = run_time_reason(base, count, runtime, "consumers")
+        if not every:
+            reason += f"; the layer stub at line {written_for[0]} is written for it"
+        note(reason)
     return table, reasons
+
+
+def stub_attributes(index: Index, module: str, facts: dict[str, Any]) -> list[tuple[int, set[str]]]:
+    """(line, attributes) of each layer stub stored in the file: the family of builders a
+    file's stubs are written for is the family its run-time choice is made among."""
+    found = []
+    for shape in facts["stores"]:
+        attrs = set(shape["attrs"])
+        if shape["kind"] != "mapping":
+            target = index.resolve_dotted(module, shape["cls"])
+            if target is None or target.kind != "class":
+                continue
+            attrs |= index.attributes(target, instance=shape["kind"] == "instance")[0]
+        found.append((shape["line"], attrs))
+    return found
 
 
 def check_site(
@@ -230,7 +262,7 @@ def check_site(
     definition: CamDefinition,
     table: dict[str, list[str]],
     entry: Any,
-    reasons: list[str] | None = None,
+    reasons: Mapping[str, str] | list[str] | None = None,
 ) -> list[Finding]:
     """The findings of one site, given the consumers it reaches and what they need."""
     where = f"{CAM_NAME}(...) in {site.qualname}"
@@ -240,6 +272,10 @@ def check_site(
         for name in fields:
             if name in definition.fields and name not in definition.required:
                 by_field.setdefault(name, consumer)
+    if isinstance(reasons, Mapping):  # the reasons of the consumers a finding names
+        lacking = [n for n in definition.fields if n not in given or n in site.passed_none]
+        named = {by_field[n] for n in lacking if n in by_field}
+        reasons = list(dict.fromkeys(v for k, v in reasons.items() if k in named or k == "*"))
     reached = f"; reached: {'; '.join(reasons)}" if reasons else ""
     findings: list[Finding] = []
 

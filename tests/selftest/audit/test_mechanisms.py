@@ -337,6 +337,50 @@ def test_a_run_time_stub_of_another_family_is_not_judged_by_it(tmp_path, write_t
     assert report.context["stubs"]["reaching_no_builder"] == 1
 
 
+SITE_RUNNER = """\
+    from types import SimpleNamespace as NS
+
+    from pkg.record import CommonAttentionMetadata
+    from pkg.registry import BackendEnum
+
+
+    def _backend_config(name):
+        return {"builder": BackendEnum[name].value}
+
+
+    def _metadata(t, n):
+        return CommonAttentionMetadata(query_start_loc=t, num_reqs=n)
+
+
+    def run(cfg, name, t, n, layer):
+        cfg.compilation_config.static_forward_context = {"l": {layer}}
+        builder = _backend_config(name)["builder"](["l"], cfg)
+        return builder.build(_metadata(t, n))
+    """
+
+
+@pytest.mark.parametrize(
+    ("layer", "expected"),
+    [
+        # the #40844 shape: a benchmark of the MLA family leaves out what its build asserts
+        (
+            "NS(prefill_backend=1, kv_lora_rank=1)",
+            [("runner.py", "CAM001", ("seq_lens_cpu_upper_bound",))],
+        ),
+        ("NS(scale=1.0)", []),  # written for another family: the choice is the caller's
+    ],
+)
+def test_a_run_time_site_is_judged_by_the_family_its_stubs_are_written_for(
+    tmp_path, write_tree, layer, expected
+):
+    runner = SITE_RUNNER.replace("{layer}", layer)
+    found, report = _found(tmp_path, write_tree, {"benchmarks/runner.py": runner})
+    assert found == expected
+    if expected:
+        message = report.findings[0].message
+        assert "CommonBuilder.build" in message and "written for it" in message
+
+
 # ----------------------------------------------------------------- transformations
 
 CALLER = """\
