@@ -208,6 +208,19 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def vllm(session: nox.Session) -> None:
+    """vLLM's own record and MLA builders under the families (docs/engines.md).
+
+    ``-- --vllm-version X``, ``-- --vllm-from-interpreter``, ``-- --tree PATH`` (audit a vLLM
+    tree with the facts just measured); other arguments go to pytest.
+    """
+    from conformance.ci.engine_session import run_session
+    from conformance.engines.target import TARGETS
+
+    run_session(session, TARGETS["vllm"])
+
+
+@nox.session
 def durations(session: nox.Session) -> None:
     """Refresh the committed .test_durations that balance the shards (pytest-split)."""
     _install(session, CPU)

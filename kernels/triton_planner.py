@@ -40,15 +40,10 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
+from kernels import planner_chain as pc
 from kernels import planner_setup as ps
 
 STATUS_BITS = {1: "bad input", 2: "tiles left over", 4: "buffer too small", 8: "cost overflow"}
-
-
-@triton.jit
-def _floor_diff(qx, rx, qy, ry):
-    """floor((X - Y) / d) from X = qx * d + rx and Y = qy * d + ry (0 <= r < d)."""
-    return qx - qy - (rx < ry).to(tl.int32)
 
 
 @triton.jit
@@ -126,6 +121,7 @@ def plan_kernel(
     counts_ptr,
     scratch_ptr,
     mark_ptr,
+    chain_ptr,
     num_batches,
     ratio,
     uni,
@@ -151,6 +147,9 @@ def plan_kernel(
     KBLOCK: tl.constexpr,
     FILL_BLOCK: tl.constexpr,
     PDL: tl.constexpr,
+    CHAIN: tl.constexpr,
+    WINDOW: tl.constexpr,
+    LEVELS: tl.constexpr,
 ):
     if PDL:  # launched early (programmatic dependent launch): the setup kernel must end first
         gdc_wait()
@@ -194,35 +193,50 @@ def plan_kernel(
     if PAGE1:  # a fragment ending at t - o is absorbed whole once t >= P_i + tau
         q_tau = (p + tau) // d
         r_tau = p + tau - q_tau * d
+    else:
+        q_tau = q_p
+        r_tau = r_p
     q_n = p_total // d
     r_n = p_total - q_n * d
 
-    # ---- rounds: one per snap -----------------------------------------------------------
+    # ---- the snaps: all at once along a chain of boundaries, else one round per snap -----
+    quotients = (q_p, r_p, q_pe, r_pe, q_tau, r_tau)
+    k = tl.arange(0, KBLOCK)
+    if CHAIN:
+        scalars = (o, d, p_total, num_cu)
+        walked = pc.chain_walk(
+            chain_ptr,
+            mark_ptr,
+            stride,
+            quotients,
+            valid,
+            scalars,
+            PAGE1,
+            BLOCK,
+            KBLOCK,
+            WINDOW,
+            LEVELS,
+        )
+        chained, kf_c, cont_c, y_c, left_c = walked
+    else:
+        chained = tl.full([], 0, tl.int1)
+        kf_c = tl.zeros([BLOCK], tl.int32)
+        cont_c = kf_c
+        y_c = tl.zeros([KBLOCK], tl.int32)
+        left_c = tl.full([], 0, tl.int32)
     kf = tl.zeros([BLOCK], tl.int32)  # program of a tile's first work
     cont = tl.zeros([BLOCK], tl.int32)  # its further works (fragments)
-    k = tl.arange(0, KBLOCK)
     y = tl.zeros([KBLOCK], tl.int32)  # where each program starts (cost space)
     big = num_cu + 1
     s = tl.full([], 0, tl.int32)
     a = tl.full([], 0, tl.int32)
     left = tl.full([], 0, tl.int32)
-    while (s < num_cu) & (a < p_total):
-        bl = a + o + 1
-        q_b = bl // d
-        r_b = bl - q_b * d
-        r_lo = tl.maximum(_floor_diff(q_p, r_p, q_b, r_b), 0)
-        r_hi = _floor_diff(q_pe, r_pe, q_b, r_b) - 1
-        has_t = valid & (r_lo <= r_hi)
-        t_lo = a + o + (tl.minimum(r_lo, big) + 1) * d
-        pj = q_p * d + r_p
-        waste = has_t & (t_lo - pj <= o)
-        r_ev = tl.where(waste, r_lo, big)
-        if PAGE1:
-            r_abs = tl.maximum(_floor_diff(q_tau, r_tau, q_b, r_b), r_lo)
-            r_ev = tl.where(has_t & (~waste) & (r_abs <= r_hi), r_abs, r_ev)
-        snap_p = tl.where(waste, pj, q_pe * d + r_pe)
-        key = (tl.minimum(r_ev, big).to(tl.int64) << 32) | snap_p.to(tl.int64)
-        r_end = tl.maximum(_floor_diff(q_n, r_n, q_b, r_b), 0)
+    rounds = tl.full([], 0, tl.int32)
+    while (s < num_cu) & (a < p_total) & (~chained):
+        q_b, r_b, r_lo, r_hi, has_t, key = pc.round_keys(
+            a, o, d, big, q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, PAGE1
+        )
+        r_end = tl.maximum(pc.floor_diff(q_n, r_n, q_b, r_b), 0)
         key_end = (tl.minimum(r_end, big).to(tl.int64) << 32) | p_total.to(tl.int64)
         best = tl.minimum(tl.min(key, axis=0), key_end)
         r_star64 = best >> 32
@@ -231,8 +245,9 @@ def plan_kernel(
         left |= (r_star >= num_cu - s).to(tl.int32)
         q_a = a // d
         r_a = a - q_a * d
+        pj = q_p * d + r_p
         here = valid & (pj >= a) & (pj < snap)
-        kf = tl.where(here, s + tl.minimum(_floor_diff(q_p, r_p, q_a, r_a), r_star), kf)
+        kf = tl.where(here, s + tl.minimum(pc.floor_diff(q_p, r_p, q_a, r_a), r_star), kf)
         split = has_t & (r_lo < r_star)
         cont = tl.where(split, tl.minimum(r_hi, r_star - 1) - r_lo + 1, cont)
         in_run = (k >= s) & (k <= s + r_star)
@@ -240,7 +255,12 @@ def plan_kernel(
         y = tl.where(k == s + r_star + 1, snap, y)
         s = s + r_star + 1
         a = snap
+        rounds += 1
     left |= (a < p_total).to(tl.int32)
+    kf = tl.where(chained, kf_c, kf)
+    cont = tl.where(chained, cont_c, cont)
+    y = tl.where(chained, y_c, y)
+    left = tl.where(chained, left_c, left)
     tl.store(mark_ptr + KBLOCK + k, y, mask=k <= num_cu)  # program starts, for the gathers
     tl.store(mark_ptr + k, tl.full([KBLOCK], -1, tl.int32), mask=k < num_cu)
 
@@ -350,3 +370,4 @@ def plan_kernel(
     tl.store(counts_ptr + 3, status)
     tl.store(counts_ptr + 4, p_total)  # sum_blocks (blocks plus overhead of every tile)
     tl.store(counts_ptr + 5, (p_total + num_splits - 1) // num_splits + o)  # payload
+    tl.store(counts_ptr + 6, rounds)  # 0 when the chain found every snap

@@ -6,7 +6,8 @@
 # a private target folder on PYTHONPATH; FlashInfer's JIT gets Hopper's arch, its workspace
 # and caches under /tmp, and ninja on PATH. Without FlashInfer the benchmark still runs and
 # records why FlashInfer was not timed. Writes into OUTDIR (default $OUT): the benchmark's
-# <date>-<gpu>.{json,md}, versions.json and log.txt. Extra arguments go to the benchmark
+# <date>-<gpu>.{json,md}, planner_cases.json (the device planner and the captured step on
+# the same cases, benchmarks/bench_planner_cases.py), versions.json and log.txt. Extra arguments go to the benchmark
 # (default --quick: the side-by-side table; give e.g. --tune for more).
 #
 #   scripts/gpu_bench.sh [OUTDIR] [benchmark arguments...]      e.g. scripts/gpu_bench.sh "$OUT"
@@ -46,5 +47,6 @@ PY
 
 status=0
 python3 -m benchmarks.bench_decode --out "$out" "$@" || status=$?
+python3 -m benchmarks.bench_planner_cases --out "$out" || status=$?
 echo "gpu_bench: exit status $status after $(( $(date +%s) - started )) s"
 exit "$status"

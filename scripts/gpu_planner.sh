@@ -5,7 +5,8 @@
 # (junitparser, defusedxml) may be carried in .whl/. Writes into OUTDIR: versions.json,
 # selftest.xml (the device-planner selftests with MLA_PLANNER_FUZZ random batches and the
 # CUDA-graph step), cuda.xml (the cuda conformance set, which
-# now plans on the GPU), device_planner.json (the benchmark) and log.txt.
+# now plans on the GPU), device_planner.json and planner_cases.json (the benchmarks: random
+# batches, and the decode benchmark's cases) and log.txt.
 #
 #   scripts/gpu_planner.sh OUTDIR [--no-conformance] [--no-bench]
 set -uo pipefail
@@ -49,6 +50,7 @@ if [ "$conformance" = 1 ]; then
 fi
 if [ "$bench" = 1 ]; then
   python3 -m benchmarks.bench_device_planner --out "$out" || status=$?
+  python3 -m benchmarks.bench_planner_cases --out "$out" || status=$?
 fi
 echo "gpu_planner: exit status $status after $(( $(date +%s) - start )) s"
 exit "$status"

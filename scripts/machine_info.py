@@ -2,9 +2,10 @@
 
     python3 scripts/machine_info.py OUTFILE BACKEND SCRIPT
 
-Writes OUTFILE and prints the same JSON. BACKEND ``cuda`` adds Triton's version, the device
-memory and what ``nvidia-smi`` says; ``flashinfer`` adds FlashInfer's version. SCRIPT names
-the script that ran, with the commit of MLA_CONFORMANCE_GIT_COMMIT ("unknown" without it).
+Writes OUTFILE and prints the same JSON: the device and every GPU torch sees (``gpus``).
+BACKEND ``cuda`` adds Triton's version, the device memory and what ``nvidia-smi`` says;
+``flashinfer`` adds FlashInfer's version. SCRIPT names the script that ran, with the commit
+of MLA_CONFORMANCE_GIT_COMMIT ("unknown" without it).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def machine_info(backend: str, script: str) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(0)
         info.update(
             device=props.name,
+            gpus=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
             sm_count=props.multi_processor_count,
             capability=f"{props.major}.{props.minor}",
         )

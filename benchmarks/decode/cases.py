@@ -3,7 +3,7 @@
 DeepSeek-R1 dims (576-wide cache rows, 512 latent), page 64. `quick_grid` is the case table of
 the side-by-side comparison with FlashInfer (q_len 1) plus one MTP case; `full_grid` sweeps
 heads {16, 128} × KV {bf16, fp8} × batch {1, 32, 128} × context {1k, 4k, 16k, 64k} × q_len
-{1, 2}, plus 128 heads at 8k.
+{1, 2}, plus 128 heads at 8k and the side-by-side table's other shapes.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Case:
 
 
 def full_grid() -> list[Case]:
-    """The whole sweep plus 128 heads, B=128 at 8k."""
+    """The whole sweep plus 128 heads, B=128 at 8k, and the side-by-side table's shapes."""
     cases = [
         Case(h, kv, b, L, s)
         for h, kv, b, L, s in itertools.product(
@@ -43,6 +43,7 @@ def full_grid() -> list[Case]:
         )
     ]
     cases += [Case(128, kv, 128, 8192, s) for kv in ("bf16", "fp8") for s in (1, 2)]
+    cases += [c for c in quick_grid() if c not in cases]  # B64 32k, B256 2k
     return sorted(cases, key=lambda c: (c.heads, c.kv_format, c.q_len, c.batch, c.context))
 
 
@@ -58,7 +59,14 @@ PEER_TABLE = (
     (16, "bf16", 32, 65536),
     (128, "bf16", 1, 16384),
     (16, "bf16", 1, 4096),
+    (128, "fp8", 32, 4096),
+    (128, "bf16", 64, 32768),  # long contexts at 128 heads
+    (128, "bf16", 128, 1024),  # short contexts: works never split
+    (16, "bf16", 256, 2048),  # many requests
 )
+# (heads, KV format, batch, context): the planner's table (benchmarks/bench_planner_cases.py),
+# the side-by-side table and the many-request batches the planner goal names (B = 1024).
+PLANNER_TABLE = (*PEER_TABLE, (16, "bf16", 1024, 4096), (128, "bf16", 1024, 4096))
 
 
 def quick_grid() -> list[Case]:

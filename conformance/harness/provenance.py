@@ -12,6 +12,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,30 @@ def gpu_name() -> str | None:
         return f"{name} ({arch})" if arch else name
     except Exception:  # a fact we cannot read is simply absent
         return None
+
+
+def gpu_names() -> list[str]:
+    """The names of every GPU torch sees (``torch.cuda``, also on ROCm), if torch is imported.
+
+    Under GPU pinning a worker sees its own GPU only. Empty on a machine without one.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return []
+    try:
+        if not torch.cuda.is_available():
+            return []
+        return [
+            str(torch.cuda.get_device_name(index)) for index in range(torch.cuda.device_count())
+        ]
+    except Exception:  # a fact we cannot read is simply absent
+        return []
+
+
+def run_devices(worker_devices: Iterable[str], device: str | None) -> list[str]:
+    """The devices a run used: its xdist workers' devices, else the one it ran on."""
+    named = sorted({str(name) for name in worker_devices if name})
+    return named or ([device] if device else [])
 
 
 def _declared_device_kind(backend: str) -> str | None:

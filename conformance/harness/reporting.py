@@ -297,7 +297,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     elif sidecar.is_conventional(state):
         moved = archive_superseded(state.junit_path, state.backend, state.shard)
         if moved is not None:
-            _terminal_line(config, f"earlier {state.backend} reports moved to {moved}")
+            _terminal_line(config, f"earlier reports moved to {moved}")
     sidecar.write(config, state, finished=False, exitstatus=None)
 
 

@@ -84,6 +84,7 @@ def process_facts(state: RunState) -> dict[str, Any]:
         "device": provenance.device_name(state.backend),
         "device_kind": device_kind(state.backend),
         "declaration": recorded_declaration(state.backend),
+        "gpus": provenance.gpu_names(),
         "versions": provenance.package_versions(),
         "pinned": state.pinned,
         **provenance.torch_build(),
@@ -103,8 +104,8 @@ def document(
     else:
         process = {}
     facts.update({key: value for key, value in process.items() if value is not None})
-    facts["devices"] = sorted(
-        {str(report["device"]) for report in state.worker_reports if report.get("device")}
+    facts["devices"] = provenance.run_devices(
+        (report.get("device") for report in state.worker_reports), facts.get("device")
     )
     return {
         "format": SIDECAR_FORMAT,

@@ -27,7 +27,9 @@ backends without reports of their own (or whose own reports skipped every test).
 Writes <reports>/conformance.xml, signoff.md, signoff.json and signoff.html.
 
 Required backends: --release ({", ".join(RELEASE_BACKENDS)}) and/or --require; by default
-the backends this machine can run (backends.registry), else those with reports.
+the suite's own backends this machine can run (backends.registry), else those with reports.
+A plug-in backend is required only when --require names it; its reports are judged when it
+is installed here, and shown as not judged when it is not.
 
 A release sign-off recomputes each backend's test ids by collection (--no-collect trusts
 the sidecars). Evidence whose files changed since it was made is STALE.

@@ -21,6 +21,7 @@ class Discovered:
     inputs: dict[str, BackendInput] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    not_installed: dict[str, list[Path]] = field(default_factory=dict)  # plug-in runs, unjudged
 
 
 def _backend_of(path: Path, *, known_backends: Collection[str]) -> str:
@@ -39,6 +40,22 @@ def _backend_of(path: Path, *, known_backends: Collection[str]) -> str:
             f"runs: MLA_CONFORMANCE_PLUGINS, docs/plugins.md)",
         )
     return backend
+
+
+def _run_of_backend_not_installed(path: Path) -> str | None:
+    """The backend of a conformance run whose backend is not installed here, else None.
+
+    Such a run (a plug-in's, tried once) has a sidecar in the run format naming its backend:
+    the file itself, or the one beside the JUnit file. A file without one stays an error.
+    """
+    companion = path if path.name.endswith(SIDECAR_SUFFIX) else sidecar_path(path)
+    junit_file_name = companion.name.removesuffix(SIDECAR_SUFFIX) + ".xml"
+    try:
+        backend, _ = parse_junit_name(junit_file_name)
+        document = load_sidecar(companion)
+    except (ValueError, SignoffInputError):
+        return None
+    return backend if document.get("backend") == backend else None
 
 
 def discover(
@@ -66,7 +83,11 @@ def discover(
         try:
             backend = _backend_of(path, known_backends=known_backends)
         except SignoffInputError as error:
-            found.errors.append(str(error))
+            foreign = _run_of_backend_not_installed(path)
+            if foreign is not None and foreign not in known_backends:
+                found.not_installed.setdefault(foreign, []).append(path)
+            else:
+                found.errors.append(str(error))
             return None
         return found.inputs.setdefault(backend, BackendInput(backend))
 

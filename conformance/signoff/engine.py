@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,18 +31,13 @@ from conformance.signoff.model import (
     SignoffResult,
     Status,
 )
+from conformance.signoff.outputs import output_paths, remove_outputs
+from conformance.signoff.provenance_warnings import provenance_warnings
 from conformance.signoff.report_html import render_html
 from conformance.signoff.report_json import backend_order, render_json, signoff_document
 from conformance.signoff.report_md import render_markdown
 from conformance.signoff.substitution import substitute_evidence
 from conformance.signoff.verdict import evaluate_backend, overall_verdict
-
-OUTPUT_NAMES: dict[str, str] = {
-    "junit": "conformance.xml",
-    "markdown": "signoff.md",
-    "json": "signoff.json",
-    "html": "signoff.html",
-}
 
 
 class SignoffUsageError(ValueError):
@@ -97,7 +91,9 @@ def _required(
         return backend_order(names), source
     runnable = options.backends.runnable()
     if runnable is not None:
-        return backend_order(runnable), "the backends this machine can run"
+        plugins = set(options.backends.plugins())  # required only when named: --require
+        own = [name for name in runnable if name not in plugins]
+        return backend_order(own), "the suite's backends this machine can run"
     ran = [name for name, result in results.items() if result.status != Status.NOT_RUN]
     return backend_order(ran), "the backends that ran (backends.registry cannot tell)"
 
@@ -164,6 +160,19 @@ def judge(
         )
 
 
+def _not_installed(backend: str, paths: Sequence[Path]) -> BackendResult:
+    """The run of a backend not installed here (a plug-in tried once): shown, not judged."""
+    files = ", ".join(path.name for path in paths)
+    reason = (
+        f"{files}: a run of backend {backend!r}, which is not installed where the sign-off "
+        "runs; not judged (install the plug-in with MLA_CONFORMANCE_PLUGINS to judge it, "
+        "docs/plugins.md)"
+    )
+    return evaluate_backend(
+        BackendInput(backend), required=False, expectations=[], availability_reason=reason
+    )
+
+
 def run_signoff(options: SignoffOptions) -> SignoffResult:
     """Sign off the reports under ``options.reports_dir``; write the reports unless told not."""
     known = machine.known_backends(options.backends, options.expectations_dir)
@@ -181,7 +190,8 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
     if options.require:
         _required(options, {}, known)  # reject unknown names before any work
     explicit = set(options.require or ()) | (set(RELEASE_BACKENDS) if options.release else set())
-    shown = set(DEFAULT_BACKENDS) | set(options.backends.registered()) | set(inputs) | explicit
+    own = set(options.backends.registered()) - set(options.backends.plugins())
+    shown = set(DEFAULT_BACKENDS) | own | set(inputs) | explicit
     results: dict[str, BackendResult] = {}
     for backend in backend_order(shown):
         backend_input = inputs.get(backend) or BackendInput(backend)
@@ -198,6 +208,9 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
             expectations=expectations_of(backend, options.expectations_dir, errors),
             collected=collected,
         )
+        results[backend].warnings += provenance_warnings(backend_input)
+    for backend, paths in found.not_installed.items():
+        results[backend] = _not_installed(backend, paths)
     required, required_source = _required(options, results, known)
     for name in required:
         if name not in results:
@@ -245,18 +258,3 @@ def write_outputs(result: SignoffResult) -> None:
         remove_outputs(result.reports_dir)  # never a new verdict beside an old one
         raise
     result.outputs = outputs
-
-
-def output_paths(reports_dir: Path) -> dict[str, Path]:
-    """Where the sign-off writes each of its outputs."""
-    return {name: reports_dir / file_name for name, file_name in OUTPUT_NAMES.items()}
-
-
-def remove_outputs(reports_dir: Path) -> list[Path]:
-    """Delete every sign-off output in ``reports_dir`` (after a failed sign-off); the removed."""
-    removed = []
-    for path in output_paths(reports_dir).values():
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-            removed.append(path)
-    return removed

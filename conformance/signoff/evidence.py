@@ -104,6 +104,11 @@ def load_evidence(
                 f"{run.path}: a {other.backend} report inside {evidence.backend} evidence; "
                 "not counted"
             )
+    for backend, paths in found.not_installed.items():
+        target.problems += [
+            f"{path}: a {backend} report inside {evidence.backend} evidence; not counted"
+            for path in paths
+        ]
     if not (target.runs or target.broken_files or target.orphan_sidecars):
         target.problems.append(f"{evidence.path}: evidence directory has no JUnit report")
     versions = evidence.path / VERSIONS_FILE

@@ -8,6 +8,7 @@ ratio is the largest of its figures: below 1 it passes with room to spare, above
 When only ``atol``/``rtol`` are recorded, ``min(max_abs_err/atol, max_rel_err/rtol)`` stands
 in for the abs-or-rel figure (an upper bound of it). Values that are missing, not numbers,
 negative or not finite are left out; a case with no usable figure is counted, not drawn.
+The tests that compared one golden case share one row per backend: the worst of them.
 """
 
 from __future__ import annotations
@@ -67,8 +68,44 @@ def is_numerics_case(properties: Mapping[str, str]) -> bool:
     return any(f"{prefix}_max_abs_err" in properties for prefix in PREFIXES)
 
 
+def _split_id(node_id: str) -> tuple[str, str | None]:
+    """``("decode_matches_golden", "gfx942-...")`` from a node id; no parameter: None."""
+    name = node_id.rsplit("::", 1)[-1].removeprefix("test_")
+    if name.endswith("]") and "[" in name:
+        test, _, parameter = name[:-1].partition("[")
+        return test, parameter
+    return name, None
+
+
+def one_row_per_case(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per golden case: the worst of the tests that compared it.
+
+    ``decode_matches_golden[X]`` and ``decode_is_plan_invariant[X]`` compare decodes of the
+    same golden case ``X`` (they record identical figures where the plan does not change the
+    arithmetic): one row ``X``, the worst figure of the two, both tests in ``tests`` and both
+    ids in ``ids``. A test without a parameter keeps its own row.
+    """
+    by_case: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        test, parameter = _split_id(row["id"])
+        by_case.setdefault(parameter or test, []).append({**row, "tests": [test]})
+    merged = []
+    for case, group in by_case.items():
+        worst = max(group, key=lambda row: row["ratio"])
+        merged.append(
+            {
+                **worst,
+                "case": case,
+                "ids": [row["id"] for row in group],
+                "tests": [test for row in group for test in row["tests"]],
+            }
+        )
+    return merged
+
+
 def headroom_rows(backend: str, cases: Iterable[CaseResult]) -> tuple[list[dict[str, Any]], int]:
-    """One row per numerics case with a usable figure, and how many had none."""
+    """One row per golden case with a usable figure (`one_row_per_case`), and how many
+    numerics testcases had none."""
     rows, without = [], 0
     for case in cases:
         if not is_numerics_case(case.properties):
@@ -89,4 +126,4 @@ def headroom_rows(backend: str, cases: Iterable[CaseResult]) -> tuple[list[dict[
                 "figures": figures,
             }
         )
-    return rows, without
+    return one_row_per_case(rows), without

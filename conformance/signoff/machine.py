@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from conformance.applicability import Declaration
+from conformance.engines.target import TARGETS
 from conformance.signoff.model import DEFAULT_BACKENDS
 
 BUILTIN_DEVICE_KINDS: dict[str, str] = {
@@ -29,6 +30,10 @@ class BackendView(Protocol):
 
     def registered(self) -> list[str]:
         """Names the registry knows (empty when it cannot tell)."""
+        ...
+
+    def plugins(self) -> list[str]:
+        """The registered names that installed plug-ins bring (not the suite's own)."""
         ...
 
     def runnable(self) -> list[str] | None:
@@ -58,6 +63,15 @@ class RegistryView:
 
             return list(backend_names())
         except Exception:  # the registry is optional here
+            return []
+
+    def plugins(self) -> list[str]:
+        """Names registered through the entry-point group, not built into the suite."""
+        try:
+            from backends.registry import BUILTIN_BACKENDS, backend_names
+
+            return [name for name in backend_names() if name not in BUILTIN_BACKENDS]
+        except Exception:
             return []
 
     def runnable(self) -> list[str] | None:
@@ -110,6 +124,7 @@ class StaticView:
 
     names: Sequence[str] = ()
     runnable_names: Sequence[str] | None = None
+    plugin_names: Sequence[str] = ()
     reasons: Mapping[str, str] = field(default_factory=dict)
     kinds: Mapping[str, str] = field(default_factory=lambda: dict(BUILTIN_DEVICE_KINDS))
     declarations: Mapping[str, Declaration] = field(default_factory=dict)
@@ -117,6 +132,10 @@ class StaticView:
     def registered(self) -> list[str]:
         """The fixed names."""
         return list(self.names)
+
+    def plugins(self) -> list[str]:
+        """The fixed plug-in names."""
+        return list(self.plugin_names)
 
     def runnable(self) -> list[str] | None:
         """The fixed runnable names (or None)."""
@@ -136,8 +155,8 @@ class StaticView:
 
 
 def known_backends(view: BackendView, expectations_dir: Path) -> set[str]:
-    """Built-in names, the registry's names, and every backend with an expectation file."""
-    names = set(DEFAULT_BACKENDS) | set(view.registered())
+    """Built-in names, engine targets, the registry's names, every backend with expectations."""
+    names = set(DEFAULT_BACKENDS) | set(TARGETS) | set(view.registered())
     if expectations_dir.is_dir():
         names.update(path.stem for path in expectations_dir.glob("*.txt"))
     return names

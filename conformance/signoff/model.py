@@ -12,7 +12,7 @@ from conformance.harness.sharding import Shard
 DEFAULT_BACKENDS: tuple[str, ...] = ("cpu", "interpret", "cuda", "rocm")
 RELEASE_BACKENDS: tuple[str, ...] = ("cpu", "cuda", "rocm")
 MACHINE_FACTS: tuple[str, ...] = tuple(
-    "device device_kind devices versions torch_cuda torch_hip python platform hostname "
+    "device device_kind devices gpus versions torch_cuda torch_hip python platform hostname "
     "git_commit git_dirty".split()
 )
 """The sidecar facts that describe the machine and software of a run."""

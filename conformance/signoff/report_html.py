@@ -1,9 +1,11 @@
 """``signoff.html``: one self-contained page (inline CSS and SVG, no script, no external resource).
 
 Read top down: the verdict, what blocks a PASS (one line per backend), the backends, what is
-not signed off here, the family matrix, the tolerance headroom, changes since a baseline, then
-the details (problems, failures, not applicable, evidence, provenance, warnings). Every string
-from a report is escaped: JUnit messages are untrusted input.
+not signed off here, the family matrix, changes since a baseline, the problems, the failures
+grouped by cause (`failure_groups`), then the tolerance headroom (folded when something failed,
+so it never pushes the failures down), not applicable, evidence, provenance and warnings. The
+cells and bars of a backend whose evidence is STALE are hatched, pale and say "stale". Every
+string from a report is escaped: JUnit messages are untrusted input.
 """
 
 from __future__ import annotations
@@ -12,12 +14,19 @@ from html import escape
 from typing import Any
 
 from conformance.signoff.chart import headroom_svg, omitted_cases
+from conformance.signoff.failure_groups import (
+    FIRST_IDS,
+    failure_groups,
+    plain_message,
+    where_messages_are,
+)
 from conformance.signoff.report_md import (
     BASELINE_KINDS,
     all_problems,
     all_warnings,
     blocking_lines,
     family_cell,
+    is_stale,
     provenance_text,
     shown_columns,
     source_text,
@@ -40,6 +49,12 @@ td.PASS,td.FAIL,td.INCOMPLETE,td.STALE,td.NOTRUN,td.MISSING{white-space:nowrap}
 .blocking li{margin:.2rem 0}
 pre{background:#f7f7f7;padding:.6rem;overflow-x:auto;white-space:pre-wrap}
 code{font-size:.9em}.muted{color:#666}
+td.stale{background:repeating-linear-gradient(135deg,#f1f1f1 0 5px,#e2e2e2 5px 10px);color:#666}
+.stale-tag{font-size:.75em;font-weight:bold;color:#8a5a00;background:#fde8c0;
+padding:0 .3em;border-radius:.2em;margin-left:.3em;text-transform:uppercase}
+.group{border-left:.3rem solid #c00;padding:.1rem 0 .1rem .8rem;margin:1rem 0}
+.group h3{margin:.2rem 0}.shape{font-family:monospace;font-size:.9em;color:#444}
+details.chart>summary{cursor:pointer;font-weight:bold}
 """
 
 
@@ -119,6 +134,10 @@ def _not_signed_off(document: dict[str, Any]) -> list[str]:
     return ["<h2>Not signed off here</h2><ul>" + items + "</ul>"]
 
 
+STALE_TAG = '<span class="stale-tag">stale</span>'
+STALE_NOTE = " Hatched, pale bars are STALE evidence: not a result of this checkout."
+
+
 def _families(document: dict[str, Any]) -> list[str]:
     families = document["families"]
     if not families:
@@ -127,10 +146,15 @@ def _families(document: dict[str, Any]) -> list[str]:
     parts += [f"<th>{escape(family)}</th>" for family in families]
     parts.append("</tr>")
     for backend in document["backends"]:
-        parts.append(f"<tr><td>{escape(backend['backend'])}</td>")
+        stale = is_stale(backend)
+        parts.append(f"<tr><td>{escape(backend['backend'])}{STALE_TAG if stale else ''}</td>")
         for family in families:
             counts = backend["families"].get(family, {})
-            parts.append(f'<td class="{_family_class(counts)}">{escape(family_cell(counts))}</td>')
+            text = escape(family_cell(counts))
+            if stale and counts:
+                parts.append(f'<td class="stale">{text}{STALE_TAG}</td>')
+            else:
+                parts.append(f'<td class="{_family_class(counts)}">{text}</td>')
         parts.append("</tr>")
     parts.append("</table>")
     return parts
@@ -141,12 +165,17 @@ def _headroom(document: dict[str, Any]) -> list[str]:
     missing = sum(backend["headroom_missing"] for backend in document["backends"])
     if not rows and not missing:
         return []
+    stale = [backend["backend"] for backend in document["backends"] if is_stale(backend)]
+    cases = len({row["case"] for row in rows})
     parts = [
-        "<h2>Tolerance headroom</h2><p>Measured error ÷ tolerance of each numerics case "
-        "(the largest of its abs-or-rel and cosine figures, output and LSE); below 1 passes."
-        "</p>"
+        "<p>Measured error ÷ tolerance of each numerics case (the largest of its abs-or-rel "
+        "and cosine figures, output and LSE); below 1 passes. One row per golden case: the "
+        "worst of the tests that compared it (named when you point at the case)."
+        + (STALE_NOTE if stale else "")
+        + "</p>"
     ]
-    parts.append(headroom_svg(rows, [backend["backend"] for backend in document["backends"]]))
+    names = [backend["backend"] for backend in document["backends"]]
+    parts.append(headroom_svg(rows, names, stale=stale))
     omitted = omitted_cases(rows)
     notes = []
     if omitted:
@@ -155,7 +184,15 @@ def _headroom(document: dict[str, Any]) -> list[str]:
         notes.append(f"{missing} numerics cases recorded no tolerance and are not drawn")
     if notes:
         parts.append(f'<p class="muted">{escape("; ".join(notes))}.</p>')
-    return parts
+    summary = f"Tolerance headroom ({cases} cases)" if rows else "Tolerance headroom"
+    if not document["backends"] or not any(b["problems"] for b in document["backends"]):
+        return [f"<h2>{summary}</h2>", *parts]
+    return [
+        f'<h2>Tolerance headroom</h2><details class="chart"><summary>{summary}: show the '
+        "chart</summary>",
+        *parts,
+        "</details>",
+    ]
 
 
 def _baseline(document: dict[str, Any]) -> list[str]:
@@ -189,22 +226,47 @@ def _baseline(document: dict[str, Any]) -> list[str]:
     return parts
 
 
+def _message(message: str, files: list[str]) -> str:
+    return plain_message(message or "(no message)", files)[:MAX_MESSAGE_CHARS]
+
+
 def _failures(document: dict[str, Any]) -> list[str]:
-    failing = [(b["backend"], case) for b in document["backends"] for case in b["problems"]]
-    if not failing:
+    groups = failure_groups(document)
+    if not groups:
         return []
-    parts = ["<h2>Failures, errors and unexplained skips</h2>"]
-    for backend_name, case in failing:
+    total = sum(group["count"] for group in groups)
+    parts = [
+        "<h2>Failures, errors and unexplained skips</h2>"
+        f"<p>{total} in {len(groups)} group{'s' if len(groups) != 1 else ''} of one cause "
+        "each (same backend, family and message, numbers and case ids aside).</p>"
+    ]
+    for group in groups:
+        first = group["first"]
+        count = group["count"]
+        what = f"{count} {escape(group['outcome'])}"
+        ids = [f"<code>{escape(node_id)}</code>" for node_id in group["ids"][:FIRST_IDS]]
+        more = count - len(ids)
         parts.append(
-            f"<h3>{escape(backend_name)}: <code>{escape(case['id'])}</code> "
-            f"({escape(case['outcome'])}, {escape(case['source'])})</h3>"
-            f"<pre>{escape((case['message'] or '(no message)')[:MAX_MESSAGE_CHARS])}</pre>"
-        )
-        if case["detail"]:
-            parts.append(
-                f"<details><summary>details</summary><pre>"
-                f"{escape(case['detail'][:MAX_MESSAGE_CHARS])}</pre></details>"
+            f'<div class="group"><h3>{escape(group["backend"])} · {escape(group["family"])}: '
+            f"{what}</h3>"
+            + (f'<p class="shape">{escape(group["shape"])}</p>' if count > 1 else "")
+            + f"<p>{'First: ' if more else ''}{', '.join(ids)}"
+            + (f" and {more} more" if more else "")
+            + "</p>"
+            + (
+                f"<details><summary>all {count} ids</summary>{_list(group['ids'])}</details>"
+                if more
+                else ""
             )
+            + f"<pre>{escape(_message(first['message'], group['files']))}</pre>"
+            + (
+                f"<details><summary>details of the first</summary><pre>"
+                f"{escape(_message(first['detail'], group['files']))}</pre></details>"
+                if first["detail"] and first["detail"].strip() != first["message"].strip()
+                else ""
+            )
+            + f'<p class="muted">{escape(where_messages_are(group))}</p></div>'
+        )
     return parts
 
 
@@ -233,13 +295,12 @@ def render_html(document: dict[str, Any]) -> str:
         *_backends_table(document),
         *_not_signed_off(document),
         *_families(document),
-        *_headroom(document),
         *_baseline(document),
     ]
     problems = all_problems(document)
     if problems:
         parts += ["<h2>Problems</h2>", _list(problems)]
-    parts += [*_failures(document), *_not_applicable(document)]
+    parts += [*_failures(document), *_headroom(document), *_not_applicable(document)]
     parts += ["<h2>Evidence and provenance</h2>", _list(provenance_text(document))]
     warnings = all_warnings(document)
     if warnings:

@@ -20,6 +20,7 @@ from conformance.signoff.model import (
     Status,
 )
 from conformance.signoff.paths import relative_document
+from conformance.signoff.provenance_warnings import evidence_dirty
 from conformance.signoff.verdict import outcome_counts
 
 DOCUMENT_FORMAT = "mla-signoff/2"
@@ -99,6 +100,7 @@ def _backend(result: BackendResult) -> dict[str, Any]:
             "date": backend_input.evidence_date,
             "path": str(backend_input.evidence_path),
             "commit": _evidence_commit(backend_input.evidence_facts),
+            "dirty": evidence_dirty(backend_input.evidence_facts),
             "stale": backend_input.stale,
             "shadowed": backend_input.shadowed,
             "facts": backend_input.evidence_facts,

@@ -1,9 +1,20 @@
-"""``signoff.md``: the sign-off for people, in the same order as the HTML page."""
+"""``signoff.md``: the sign-off for people, in the same order as the HTML page.
+
+Failures come grouped by cause (`conformance.signoff.failure_groups`) before the headroom
+table; the family cells and headroom rows of a backend whose evidence is STALE say so.
+"""
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from conformance.signoff.failure_groups import (
+    FIRST_IDS,
+    failure_groups,
+    plain_message,
+    where_messages_are,
+)
 
 COUNT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("passed", "passed"),
@@ -49,8 +60,9 @@ def source_text(backend: dict[str, Any]) -> str:
     evidence = backend.get("evidence")
     if evidence:
         commit = (evidence.get("commit") or "commit unknown")[:12]
+        dirty = " (uncommitted changes)" if evidence.get("dirty") else ""
         stale = " (STALE)" if evidence.get("stale") else ""
-        return f"evidence {evidence['date']} @ {commit}{stale}"
+        return f"evidence {evidence['date']} @ {commit}{dirty}{stale}"
     return "–" if backend["source"] == "none" else backend["source"]
 
 
@@ -105,19 +117,23 @@ def provenance_text(document: dict[str, Any]) -> list[str]:
             facts = evidence.get("facts") or {}
             stale = evidence.get("stale") or []
             state = ("STALE: " + "; ".join(stale)) if stale else "current: no file changed since"
+            dirty = " with uncommitted changes" if evidence.get("dirty") else ""
             lines.append(
                 f"{backend['backend']}: evidence of {evidence['date']} at commit "
-                f"{evidence.get('commit') or 'unknown'} from {evidence['path']} "
+                f"{evidence.get('commit') or 'unknown'}{dirty} from {evidence['path']} "
                 f"({facts.get('source', 'source not recorded')}); {state}"
             )
         for run in backend["provenance"]:
             versions = run.get("versions") or {}
             version_text = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
+            gpus = ", ".join(str(name) for name in run.get("gpus") or [])
+            dirty = " with uncommitted changes" if run.get("git_dirty") is True else ""
             lines.append(
                 f"{backend['backend']} {run['file']}: device {run.get('device') or 'unknown'}"
-                f" ({run.get('device_kind') or 'kind not recorded'}); "
-                f"{version_text or 'versions unknown'}; python {run.get('python') or '?'}; "
-                f"commit {run.get('git_commit') or 'unknown'}; "
+                f" ({run.get('device_kind') or 'kind not recorded'})"
+                + (f", GPUs {gpus}" if gpus else "")
+                + f"; {version_text or 'versions unknown'}; python {run.get('python') or '?'}; "
+                f"commit {run.get('git_commit') or 'unknown'}{dirty}; "
                 f"{run.get('started') or '?'} → {run.get('finished_at') or 'not finished'}"
             )
     return lines
@@ -151,7 +167,13 @@ def _table(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def is_stale(backend: dict[str, Any]) -> bool:
+    """Whether a backend's results come from STALE evidence."""
+    return backend["status"] == "STALE" or bool((backend.get("evidence") or {}).get("stale"))
+
+
 def _headroom(document: dict[str, Any]) -> list[str]:
+    stale = {b["backend"] for b in document["backends"] if is_stale(b)}
     rows = [row for backend in document["backends"] for row in backend["headroom"]]
     if not rows:
         return []
@@ -159,9 +181,30 @@ def _headroom(document: dict[str, Any]) -> list[str]:
     lines = ["", "## Tolerance headroom (least headroom first)", ""]
     lines += ["| backend | case | error ÷ tolerance | figure |", "|---|---|---|---|"]
     lines += [
-        f"| {row['backend']} | {cell(row['case'])} | {row['ratio']:.3g} | {row['worst']} |"
+        f"| {row['backend']}{' (STALE evidence)' if row['backend'] in stale else ''} | "
+        f"{cell(row['case'])} | {row['ratio']:.3g} | {row['worst']} |"
         for row in worst
     ]
+    return lines
+
+
+def _failures(document: dict[str, Any]) -> list[str]:
+    groups = failure_groups(document)
+    if not groups:
+        return []
+    total = sum(group["count"] for group in groups)
+    lines = ["", "## Failures, errors and unexplained skips", ""]
+    lines.append(f"{total} in {len(groups)} group(s) of one cause each.")
+    for group in groups:
+        count = group["count"]
+        lines += ["", f"### {group['backend']} · {group['family']}: {count} {group['outcome']}", ""]
+        if count > 1:
+            lines += [f"Same message shape: `{cell(group['shape'])}`", ""]
+        ids = ", ".join(f"`{cell(node_id)}`" for node_id in group["ids"][:FIRST_IDS])
+        more = count - min(count, FIRST_IDS)
+        lines.append(("First: " if more else "") + ids + (f" and {more} more" if more else ""))
+        message = plain_message(group["first"]["message"] or "(no message)", group["files"])
+        lines += ["", fenced(message[:MAX_MESSAGE_CHARS]), "", where_messages_are(group)]
     return lines
 
 
@@ -207,21 +250,16 @@ def render_markdown(document: dict[str, Any]) -> str:
         lines.append("| backend | " + " | ".join(families) + " |")
         lines.append("|---" * (len(families) + 1) + "|")
         for backend in document["backends"]:
+            stale = " (STALE)" if is_stale(backend) else ""
             row = [family_cell(backend["families"].get(family, {})) for family in families]
-            lines.append(f"| {backend['backend']} | " + " | ".join(row) + " |")
-    lines += _headroom(document) + _baseline(document)
+            row = [text + stale if text != "–" else text for text in row]
+            lines.append(f"| {backend['backend']}{stale} | " + " | ".join(row) + " |")
+    lines += _baseline(document)
     problems = all_problems(document)
     if problems:
         lines += ["", "## Problems", ""] + [f"- {cell(problem)}" for problem in problems]
-    failing = [(b["backend"], case) for b in document["backends"] for case in b["problems"]]
-    if failing:
-        lines += ["", "## Failures, errors and unexplained skips", ""]
-        for backend_name, case in failing:
-            lines.append(
-                f"### {backend_name}: `{cell(case['id'])}` ({case['outcome']}, {case['source']})"
-            )
-            message = case["message"] or "(no message)"
-            lines += ["", fenced(message[:MAX_MESSAGE_CHARS]), ""]
+    lines += _failures(document)
+    lines += _headroom(document)
     lines += ["", "## Evidence and provenance", ""]
     lines += [f"- {cell(line)}" for line in provenance_text(document)]
     warnings = all_warnings(document)

@@ -1,6 +1,8 @@
 """Host side of the decode: checks the inputs, picks the launch, runs decode then reduce.
 
-Launch modes (`persistent_mla_decode`): one program per plan slice; or, to read each KV range
+`persistent_mla_decode` is `plan_launch` (check the inputs, pick the kernel, its config and
+grid, allocate the partials) then `run_launch` (launch, retry, reduce).
+Launch modes: one program per plan slice; or, to read each KV range
 with several programs side by side (the second read mostly hits L2), a grid of (head groups ×
 slices) — for a folded plan with ``SPLIT_GROUPS``, or for an unfolded plan made for a divisor
 of the head count, run once per head group. A config whose ``num_stages`` runs out of shared
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton
@@ -59,6 +63,26 @@ def _index_tensor(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.to(device=device, dtype=torch.int32).contiguous()
 
 
+@dataclass
+class DecodeLaunch:
+    """One decode launch as `plan_launch` decided it; `run_launch` runs it."""
+
+    call: dict[str, Any]  # `persistent_mla_decode`'s arguments, for a retry
+    plan: WorkPlan
+    out: torch.Tensor
+    lse: torch.Tensor
+    partial_o: torch.Tensor
+    partial_lse: torch.Tensor
+    args: tuple[Any, ...]  # the kernels' positional arguments
+    shared: dict[str, Any]  # the constexprs both kernels take (num_warps set per try)
+    cfg: dict[str, int]  # the tile configuration (the depth lowered on a retry)
+    switches: dict[str, bool]  # the Triton kernel's compile-time switches
+    grid: tuple[int, ...]
+    use_gluon: bool
+    round_p: bool
+    stage_key: tuple[object, ...]  # `_STAGE_LIMITS` key
+
+
 def persistent_mla_decode(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -98,8 +122,17 @@ def persistent_mla_decode(
     only: 1 drops the PV dot, 2 the QK dot; the results are wrong).
     `_fault` is a test hook that selects a deliberately broken kernel (see `FAULTS`).
     """
-    fault = check_fault(_fault)
-    device = q.device
+    return run_launch(plan_launch(q, kv_cache, plan, **_keywords(locals())))
+
+
+def _keywords(call: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in call.items() if k not in ("q", "kv_cache", "plan")}
+
+
+def _check_shapes(
+    q: torch.Tensor, kv_cache: torch.Tensor, plan: WorkPlan, page_size: int
+) -> tuple[torch.Tensor, int]:
+    """(the cache as [blocks, page, 576], head groups the plan runs for); ValueError if bad."""
     if q.dim() != 3 or q.shape[-1] != CACHE_DIM:
         raise ValueError(f"q must be [tokens, H, {CACHE_DIM}], got {tuple(q.shape)}")
     if kv_cache.dim() == 4 and kv_cache.shape[2] == 1:
@@ -113,59 +146,38 @@ def persistent_mla_decode(
         raise ValueError("q and kv_cache must be contiguous in their last dimension")
     if page_size < 1 or page_size & (page_size - 1):
         raise ValueError(f"page_size must be a power of two, got {page_size}")
-    num_tokens, num_heads, _ = q.shape
+    num_heads = q.shape[1]
     hpw = plan.heads_per_work
     if num_heads == hpw * plan.fold_ratio:
-        head_groups = 1  # the plan covers every head
-    elif plan.fold_ratio == 1 and num_heads % hpw == 0:
-        head_groups = num_heads // hpw  # one plan, run once per group of hpw heads
-    else:
-        raise ValueError(
-            f"q has {num_heads} heads but the plan has heads_per_work={hpw} × "
-            f"fold_ratio={plan.fold_ratio} (nor is it an unfolded plan for a divisor of "
-            f"{num_heads} heads)"
-        )
-    round_p = q.dtype in FP8_DTYPES if fp8_p is None else bool(fp8_p)
-    plan = plan_on(plan, device)
-    if out is None:
-        out = torch.empty(num_tokens, num_heads, LATENT_DIM, dtype=torch.bfloat16, device=device)
-    if lse is None:
-        lse = torch.empty(num_tokens, num_heads, dtype=torch.float32, device=device)
-    if out.shape != (num_tokens, num_heads, LATENT_DIM) or out.stride(-1) != 1:
-        raise ValueError(f"out must be [{num_tokens}, {num_heads}, {LATENT_DIM}], got {out.shape}")
-    if lse.shape != (num_tokens, num_heads):
-        raise ValueError(f"lse must be [{num_tokens}, {num_heads}], got {tuple(lse.shape)}")
-
-    seq_q = max(1, plan.max_seqlen_qo)
-    partial_rows = plan.reduce_partial_map.numel() * seq_q
-    part_heads = hpw * head_groups
-    partial_o = torch.empty(
-        partial_rows, part_heads, LATENT_DIM, dtype=torch.float32, device=device
+        return kv_cache, 1  # the plan covers every head
+    if plan.fold_ratio == 1 and num_heads % hpw == 0:
+        return kv_cache, num_heads // hpw  # one plan, run once per group of hpw heads
+    raise ValueError(
+        f"q has {num_heads} heads but the plan has heads_per_work={hpw} × "
+        f"fold_ratio={plan.fold_ratio} (nor is it an unfolded plan for a divisor of "
+        f"{num_heads} heads)"
     )
-    partial_lse = torch.empty(partial_rows, part_heads, dtype=torch.float32, device=device)
 
-    hopper = gluon_mla.usable(q, kv_cache, select_block_m(plan), interpreted())
-    wanted = (config or {}).get("GLUON", 1)
-    cfg = dict(select_decode_config(plan, kv_cache.dtype, hopper=hopper and bool(wanted)))
-    if config:
-        cfg.update(config)
-    use_gluon = bool(cfg.pop("GLUON", 0)) and hopper
-    split_groups = bool(cfg.pop("SPLIT_GROUPS", False)) and plan.fold_ratio > 1
-    if head_groups > 1:
-        group_mode, groups = 2, head_groups
-    elif split_groups:
-        group_mode, groups = 1, plan.fold_ratio
-    else:
-        group_mode, groups = 0, 1
+
+def _scales(
+    q_scale: float | torch.Tensor, kv_scale: float | torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor | None, torch.Tensor | None, float, float]:
+    """(q tensor, kv tensor, q value, kv value): both tensors or neither (see `_scale_args`)."""
     q_scale_t, q_scale_v = _scale_args(q_scale, device, "q_scale")
     kv_scale_t, kv_scale_v = _scale_args(kv_scale, device, "kv_scale")
-    scales_in_memory = q_scale_t is not None or kv_scale_t is not None
-    if scales_in_memory:  # both read on the device
+    if q_scale_t is not None or kv_scale_t is not None:  # both read on the device
         ones = torch.ones(1, dtype=torch.float32, device=device)
         q_scale_t = ones if q_scale_t is None else q_scale_t * 1.0
         kv_scale_t = ones if kv_scale_t is None else kv_scale_t * 1.0
         q_scale_t = q_scale_t * q_scale_v
         kv_scale_t = kv_scale_t * kv_scale_v
+    return q_scale_t, kv_scale_t, q_scale_v, kv_scale_v
+
+
+def _switches(
+    cfg: dict[str, int], q: torch.Tensor, kv_cache: torch.Tensor, round_p: bool
+) -> dict[str, bool]:
+    """The Triton kernel's compile-time switches; pops their keys from `cfg`."""
     # e4m3 q and e4m3 KV: QK runs on fp8 tensor cores, no conversion (exact either way).
     e4m3 = getattr(torch, "float8_e4m3fn", None)
     qk_fp8 = bool(
@@ -185,8 +197,7 @@ def persistent_mla_decode(
     # Tiles converted before their dots are not pipelined by Triton: they can be prefetched
     # by hand (off by default: it lost on the H200, see DECODE_CONFIGS).
     reg_prefetch = bool(cfg.pop("REG_PREFETCH", False))
-
-    switches = {  # the Triton kernel's compile-time switches
+    return {
         "QK_FP8": qk_fp8,
         "P_FP8": round_p,
         "V_F16": v_f16,
@@ -194,77 +205,150 @@ def persistent_mla_decode(
         "REG_PREFETCH": reg_prefetch,
     }
 
-    def launch(cfg: dict[str, int]) -> None:
-        grid = (num_programs,) if group_mode == 0 else (groups, num_programs)
-        args = (
-            q,
-            kv_cache,
-            out,
-            lse,
-            partial_o,
-            partial_lse,
-            plan.work_indptr,
-            plan.work_info_set.contiguous(),
-            _index_tensor(kv_indptr, device),
-            _index_tensor(kv_indices, device),
-            _index_tensor(kv_last_page_lens, device),
-            _index_tensor(qo_indptr, device),
-            q_scale_t if q_scale_t is not None else plan.work_indptr,
-            kv_scale_t if kv_scale_t is not None else plan.work_indptr,
-            q_scale_v,
-            kv_scale_v,
-            float(sm_scale) * LOG2E,
-            q.stride(0),
-            q.stride(1),
-            kv_cache.stride(0),
-            kv_cache.stride(1),
-            out.stride(0),
-            out.stride(1),
-            lse.stride(0),
-            lse.stride(1),
-            partial_o.stride(0),
-            partial_o.stride(1),
-            partial_lse.stride(0),
-            partial_lse.stride(1),
-            hpw,
-            plan.fold_ratio,
-            seq_q,
-        )
-        shared = {  # the constexprs both kernels take
-            "PAGE_SIZE": page_size,
-            "CAUSAL": bool(causal),
-            "BLOCK_N": cfg["BLOCK_N"],
-            "D_V": LATENT_DIM,
-            "D_R": ROPE_DIM,
-            "SCALES_IN_MEMORY": scales_in_memory,
-            "GROUP_MODE": group_mode,
-            "FAULT": fault,
-            "num_warps": cfg["num_warps"],
-        }
-        if use_gluon:
-            gluon_mla.kernel()[grid](*args, **shared, STAGES=cfg["STAGES"], P_FP8=round_p)
-            return
-        decode_kernel._persistent_mla_decode_kernel[grid](
-            *args,
-            **shared,
-            BLOCK_M=cfg["BLOCK_M"],
-            DOT_T=tl.float32 if interpreted() else tl.bfloat16,
-            **switches,
-            ABLATE=cfg.get("ABLATE", 0),
-            num_stages=cfg["num_stages"],
-        )
 
+def plan_launch(
+    q: torch.Tensor, kv_cache: torch.Tensor, plan: WorkPlan, **call: Any
+) -> DecodeLaunch:
+    """Check the inputs and decide the launch (`persistent_mla_decode`'s arguments)."""
+    fault = check_fault(call["_fault"])
+    kv_cache, head_groups = _check_shapes(q, kv_cache, plan, call["page_size"])
+    device = q.device
+    num_tokens, num_heads, _ = q.shape
+    fp8_p, config = call["fp8_p"], call["config"]
+    round_p = q.dtype in FP8_DTYPES if fp8_p is None else bool(fp8_p)
+    plan = plan_on(plan, device)
+    out, lse = call["out"], call["lse"]
+    if out is None:
+        out = torch.empty(num_tokens, num_heads, LATENT_DIM, dtype=torch.bfloat16, device=device)
+    if lse is None:
+        lse = torch.empty(num_tokens, num_heads, dtype=torch.float32, device=device)
+    if out.shape != (num_tokens, num_heads, LATENT_DIM) or out.stride(-1) != 1:
+        raise ValueError(f"out must be [{num_tokens}, {num_heads}, {LATENT_DIM}], got {out.shape}")
+    if lse.shape != (num_tokens, num_heads):
+        raise ValueError(f"lse must be [{num_tokens}, {num_heads}], got {tuple(lse.shape)}")
+
+    seq_q = max(1, plan.max_seqlen_qo)
+    partial_rows = plan.reduce_partial_map.numel() * seq_q
+    part_heads = plan.heads_per_work * head_groups
+    partial_o = torch.empty(
+        partial_rows, part_heads, LATENT_DIM, dtype=torch.float32, device=device
+    )
+    partial_lse = torch.empty(partial_rows, part_heads, dtype=torch.float32, device=device)
+
+    hopper = gluon_mla.usable(q, kv_cache, select_block_m(plan), interpreted())
+    wanted = (config or {}).get("GLUON", 1)
+    cfg = dict(select_decode_config(plan, kv_cache.dtype, hopper=hopper and bool(wanted)))
+    if config:
+        cfg.update(config)
+    use_gluon = bool(cfg.pop("GLUON", 0)) and hopper
+    split_groups = bool(cfg.pop("SPLIT_GROUPS", False)) and plan.fold_ratio > 1
+    if head_groups > 1:
+        group_mode, groups = 2, head_groups
+    elif split_groups:
+        group_mode, groups = 1, plan.fold_ratio
+    else:
+        group_mode, groups = 0, 1
+    q_scale_t, kv_scale_t, q_scale_v, kv_scale_v = _scales(
+        call["q_scale"], call["kv_scale"], device
+    )
+    switches = _switches(cfg, q, kv_cache, round_p)
     num_programs = plan.work_indptr.numel() - 1
-    if num_programs > 0 and plan.num_works > 0:
-        depth = "STAGES" if use_gluon else "num_stages"  # the Gluon kernel needs >= 2
-        key = (*sorted(cfg.items()), use_gluon, q.dtype, kv_cache.dtype, page_size, round_p)
-        cfg[depth] = min(cfg[depth], _STAGE_LIMITS.get(key, cfg[depth]))
+    args = (
+        q,
+        kv_cache,
+        out,
+        lse,
+        partial_o,
+        partial_lse,
+        plan.work_indptr,
+        plan.work_info_set.contiguous(),
+        _index_tensor(call["kv_indptr"], device),
+        _index_tensor(call["kv_indices"], device),
+        _index_tensor(call["kv_last_page_lens"], device),
+        _index_tensor(call["qo_indptr"], device),
+        q_scale_t if q_scale_t is not None else plan.work_indptr,
+        kv_scale_t if kv_scale_t is not None else plan.work_indptr,
+        q_scale_v,
+        kv_scale_v,
+        float(call["sm_scale"]) * LOG2E,
+        q.stride(0),
+        q.stride(1),
+        kv_cache.stride(0),
+        kv_cache.stride(1),
+        out.stride(0),
+        out.stride(1),
+        lse.stride(0),
+        lse.stride(1),
+        partial_o.stride(0),
+        partial_o.stride(1),
+        partial_lse.stride(0),
+        partial_lse.stride(1),
+        plan.heads_per_work,
+        plan.fold_ratio,
+        seq_q,
+    )
+    shared = {
+        "PAGE_SIZE": call["page_size"],
+        "CAUSAL": bool(call["causal"]),
+        "D_V": LATENT_DIM,
+        "D_R": ROPE_DIM,
+        "SCALES_IN_MEMORY": q_scale_t is not None,
+        "GROUP_MODE": group_mode,
+        "FAULT": fault,
+    }
+    key = (*sorted(cfg.items()), use_gluon, q.dtype, kv_cache.dtype, call["page_size"], round_p)
+    return DecodeLaunch(
+        call={"q": q, "kv_cache": kv_cache, "plan": plan, **call, "out": out, "lse": lse},
+        plan=plan,
+        out=out,
+        lse=lse,
+        partial_o=partial_o,
+        partial_lse=partial_lse,
+        args=args,
+        shared=shared,
+        cfg=cfg,
+        switches=switches,
+        grid=(num_programs,) if group_mode == 0 else (groups, num_programs),
+        use_gluon=use_gluon,
+        round_p=round_p,
+        stage_key=key,
+    )
+
+
+def _launch_once(launch: DecodeLaunch, cfg: dict[str, int]) -> None:
+    shared = {**launch.shared, "BLOCK_N": cfg["BLOCK_N"], "num_warps": cfg["num_warps"]}
+    if launch.use_gluon:
+        kernel = gluon_mla.kernel()[launch.grid]
+        kernel(*launch.args, **shared, STAGES=cfg["STAGES"], P_FP8=launch.round_p)
+        return
+    decode_kernel._persistent_mla_decode_kernel[launch.grid](
+        *launch.args,
+        **shared,
+        BLOCK_M=cfg["BLOCK_M"],
+        DOT_T=tl.float32 if interpreted() else tl.bfloat16,
+        **launch.switches,
+        ABLATE=cfg.get("ABLATE", 0),
+        num_stages=cfg["num_stages"],
+    )
+
+
+def run_launch(launch: DecodeLaunch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the decode as `launch` says, then the reduce; return (out, lse).
+
+    A config whose depth runs out of shared memory is retried one stage shallower (and
+    remembered); a Gluon kernel that does not compile is disabled and the call re-planned
+    for the Triton kernel.
+    """
+    cfg, plan = launch.cfg, launch.plan
+    if launch.grid[-1] > 0 and plan.num_works > 0:
+        depth = "STAGES" if launch.use_gluon else "num_stages"  # the Gluon kernel needs >= 2
+        cfg[depth] = min(cfg[depth], _STAGE_LIMITS.get(launch.stage_key, cfg[depth]))
         while True:
             try:
-                launch(cfg)
+                _launch_once(launch, cfg)
                 break
             except CompilationError as exc:
-                if not use_gluon:
+                if not launch.use_gluon:
                     raise
                 # Gluon's names move between Triton releases: run the Triton kernel instead.
                 reason = f"Triton {triton.__version__}: {type(exc).__name__}: {exc}"[:300]
@@ -272,27 +356,24 @@ def persistent_mla_decode(
                 warnings.warn(
                     f"persistent_mla_decode: the Gluon decode does not compile ({reason}); "
                     "using the Triton kernel from now on",
-                    stacklevel=2,
+                    stacklevel=3,
                 )
-                return persistent_mla_decode(
-                    q, kv_cache, plan, kv_indptr=kv_indptr, kv_indices=kv_indices,
-                    kv_last_page_lens=kv_last_page_lens, qo_indptr=qo_indptr,
-                    page_size=page_size, sm_scale=sm_scale, q_scale=q_scale,
-                    kv_scale=kv_scale, causal=causal, out=out, lse=lse, fp8_p=fp8_p,
-                    config={**(config or {}), "GLUON": 0}, _fault=_fault,
-                )  # fmt: skip
+                call = dict(launch.call)
+                call["config"] = {**(call["config"] or {}), "GLUON": 0}
+                return persistent_mla_decode(**call)
             except OutOfResources:
-                if cfg[depth] <= (2 if use_gluon else 1):
+                if cfg[depth] <= (2 if launch.use_gluon else 1):
                     raise
                 warnings.warn(
                     f"persistent_mla_decode: config {cfg} needs too much shared memory; "
                     f"using {depth}={cfg[depth] - 1}",
-                    stacklevel=2,
+                    stacklevel=3,
                 )
                 cfg = {**cfg, depth: cfg[depth] - 1}
-                _STAGE_LIMITS[key] = cfg[depth]
-    mla_reduce(partial_o, partial_lse, plan, out, lse, _fault=_fault)
-    return out, lse
+                _STAGE_LIMITS[launch.stage_key] = cfg[depth]
+    mla_reduce(launch.partial_o, launch.partial_lse, plan, launch.out, launch.lse,
+               _fault=launch.call["_fault"])  # fmt: skip
+    return launch.out, launch.lse
 
 
 def default_sm_scale() -> float:

@@ -37,7 +37,7 @@ def test_unknown_impl_is_named(capsys: pytest.CaptureFixture[str]) -> None:
 def test_quick_grid_is_the_side_by_side_table_at_q_len_1() -> None:
     grid = cases.quick_grid()
     table = {(c.heads, c.kv_format, c.batch, c.context) for c in grid if c.q_len == 1}
-    assert table == set(cases.PEER_TABLE) and len(cases.PEER_TABLE) == 10
+    assert table == set(cases.PEER_TABLE) and len(cases.PEER_TABLE) == 14
     assert set(grid) <= set(cases.full_grid())
 
 

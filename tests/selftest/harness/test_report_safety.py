@@ -164,3 +164,40 @@ def test_without_durations_shards_fall_back_to_the_hash(project: pytest.Pytester
     result = run(project, "--shard=1/2", "--junitxml=reports/junit/cpu-shard-1-of-2.xml")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["shard 1/2 (hash): running * of 7 items"])
+
+
+SIGNOFF_OUTPUTS = ("signoff.md", "signoff.json", "signoff.html", "conformance.xml")
+
+
+def _write_signoff(project: pytest.Pytester) -> None:
+    for name in SIGNOFF_OUTPUTS:
+        (project.path / "reports" / name).write_text(f"verdict over earlier {name}\n")
+
+
+def test_a_full_run_moves_the_signoff_of_the_reports_it_supersedes(
+    project: pytest.Pytester,
+) -> None:
+    _write_signoff(project)
+    assert run(project, "--junitxml=reports/junit/cpu.xml").ret == 0
+    (moved,) = (project.path / "reports" / "previous").iterdir()
+    assert sorted(path.name for path in moved.iterdir()) == sorted(EXISTING + SIGNOFF_OUTPUTS)
+    assert not any((project.path / "reports" / name).exists() for name in SIGNOFF_OUTPUTS)
+    assert (moved / "signoff.md").read_text() == "verdict over earlier signoff.md\n"
+
+
+def test_a_first_run_of_a_backend_still_moves_the_old_signoff(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_signoff(project)
+    monkeypatch.setenv("MLA_CONFORMANCE_BACKEND", "interpret")
+    assert run(project, "--junitxml=reports/junit/interpret.xml").ret == 0
+    (moved,) = (project.path / "reports" / "previous").iterdir()
+    assert sorted(path.name for path in moved.iterdir()) == sorted(SIGNOFF_OUTPUTS)
+    assert (project.path / "reports" / "junit" / "cpu.xml").exists(), "cpu is not superseded"
+
+
+def test_a_partial_run_leaves_the_signoff_standing(project: pytest.Pytester) -> None:
+    _write_signoff(project)
+    assert run(project, "-k", "heavy", "--junitxml=reports/junit/cpu.xml").ret == 0
+    assert untouched(project)
+    assert all((project.path / "reports" / name).is_file() for name in SIGNOFF_OUTPUTS)

@@ -55,6 +55,9 @@ HOPPER = ON_GPU and torch.version.hip is None and torch.cuda.get_device_capabili
 FORMS = [
     pytest.param({"fused": True}, id="one-launch"),
     pytest.param({"fused": False}, id="setup-grid"),
+    pytest.param({"fused": True, "chain": True}, id="one-launch-chain"),
+    pytest.param({"fused": False, "chain": True}, id="setup-grid-chain"),
+    pytest.param({"fused": True, "chain": False}, id="one-launch-rounds"),
     pytest.param(
         {"fused": False, "pdl": True},
         id="setup-grid-pdl",
@@ -94,6 +97,8 @@ def random_call(rng: random.Random, *, large: bool) -> dict[str, Any]:
     tokens = [max(q, rng.randint(1, top)) for q in q_lens]
     if rng.random() < 0.3:  # one past / one short of a block boundary
         tokens = [max(q, 16 * rng.randint(1, 8) + rng.choice([-1, 1])) for q in q_lens]
+    elif rng.random() < 0.3:  # one length: programs snap on tile boundaries, often every one
+        tokens = [max(q, top) for q in q_lens]
     pages = [(n + page - 1) // page for n in tokens]
     q_dtype = rng.choice([torch.bfloat16, FP8])
     return {
@@ -137,6 +142,41 @@ def test_random_batches_plan_bit_identically(form: dict[str, bool]) -> None:
         assert not problems, f"batch {planned} ({scalars}):\n  " + "\n  ".join(problems)
         planned += 1
     assert rejected < planned, f"{rejected} of the random calls were rejected: a weak generator"
+
+
+def uniform_call(batch: int, tokens: int, heads: int, num_cus: int) -> dict[str, Any]:
+    """A batch of one kv length at page 64, one q token each (the decode benchmark's)."""
+    pages = (tokens + 63) // 64
+    return {
+        "qo_indptr": torch.arange(batch + 1, dtype=torch.int32),
+        "kv_indptr": torch.arange(batch + 1, dtype=torch.int32) * pages,
+        "kv_last_page_lens": torch.full((batch,), tokens - (pages - 1) * 64, dtype=torch.int32),
+        "num_heads_q": heads,
+        "max_seqlen_qo": 1,
+        "uni_seqlen_qo": 1,
+        "page_size": 64,
+        "kv_granularity": 1,
+        "causal": True,
+        "max_split_per_batch": -1,
+        "q_dtype": torch.bfloat16,
+        "kv_dtype": torch.bfloat16,
+        "arch": "triton",
+        "num_cus": num_cus,
+    }
+
+
+@pytest.mark.parametrize("heads", [16, 128])
+def test_the_chain_finds_every_snap_of_a_batch_that_snaps_at_every_program(heads: int) -> None:
+    # tiles one payload long (16 heads) or half of one (128 heads, two head groups):
+    # every program ends on a tile boundary, a round per program without the chain
+    call = uniform_call(8, 1024 if heads == 16 else 256, heads, 8)
+    expected = plan_persistent_decode(**call)
+    rounds = {}
+    for chain in (True, False):
+        plan = device_plan.plan_on_device(**on_device(call), chain=chain)
+        assert not plan_differences(plan, expected)
+        rounds[chain] = plan.host_counts()["rounds"]
+    assert rounds == {True: 0, False: 8}
 
 
 def golden_ids() -> list[str]:

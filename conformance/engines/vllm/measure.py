@@ -1,0 +1,203 @@
+"""Measure vLLM's facts: which builders build, what they read and need, what transforms drop.
+
+`measure(workdir)` drives the installed vLLM (`adapter`) with the suite's batch sweep and
+recorder and returns `EngineFacts` (`conformance.engines.facts`); ``python -m
+conformance.engines.vllm.measure OUT`` writes them as a facts file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from conformance.engines import checks
+from conformance.engines.facts import (
+    BuilderFacts,
+    EngineFacts,
+    FieldFacts,
+    write_facts,
+)
+from conformance.engines.vllm.adapter import (
+    BUILDERS,
+    LAYER_NAMES,
+    VllmEngine,
+    record_class,
+    write_model_config,
+)
+from conformance.metadata.batch import BATCH_SPECS, BatchSpec
+
+# One batch of each kind (decode threshold 1), decode rows first as vLLM reorders them.
+KIND_SPECS: dict[str, BatchSpec] = {
+    "decode": BATCH_SPECS["small_decode"],
+    "mixed": BATCH_SPECS["mixed_small"],
+    "prefill": BATCH_SPECS["extend"],
+}
+NOT_COMPILED = ("_flashmla_C", "not compiled", "_C is not available")
+
+
+def batch_kind(spec: BatchSpec, threshold: int = 1) -> str:
+    """decode (every row a decode), prefill (none) or mixed."""
+    decodes = [q <= threshold for q in spec.query_lens]
+    return "decode" if all(decodes) else "prefill" if not any(decodes) else "mixed"
+
+
+class Measurement:
+    """The engines of each cache configuration, made once, and what was measured on them."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.model_dir = workdir / "model"
+        write_model_config(self.model_dir)
+        self._engines: dict[tuple[str, int], VllmEngine] = {}
+
+    def engine(self, builder: str) -> VllmEngine:
+        target = BUILDERS[builder]
+        key = (target.cache_dtype, target.block_size)
+        if key not in self._engines:
+            self._engines[key] = VllmEngine(
+                self.model_dir, cache_dtype=target.cache_dtype, block_size=target.block_size
+            )
+        return self._engines[key]
+
+    def construct(self, builder: str, layers: dict[str, Any] | None = None) -> Any:
+        engine = self.engine(builder)
+        return engine.construct(builder, layers if layers is not None else engine.layers())
+
+    def build(self, builder: str, record: Any, layers: dict[str, Any] | None = None) -> Any:
+        return self.engine(builder).build(self.construct(builder, layers), record)
+
+    def records(self, builder: str) -> dict[str, Callable[..., Any]]:
+        engine = self.engine(builder)
+        return {
+            kind: (lambda omit, s=spec: engine.record(s, omit=omit))
+            for kind, spec in KIND_SPECS.items()
+        }
+
+    # -- per builder --------------------------------------------------------------------
+
+    def builder_facts(self, builder: str) -> BuilderFacts:
+        target = BUILDERS[builder]
+        try:
+            module = importlib.import_module(f"vllm.v1.attention.backends.mla.{target.module}")
+            cls = getattr(module, target.backend).get_builder_cls()
+        except Exception as error:  # an engine module that does not import is a finding
+            return BuilderFacts(cls="", status="not-run", reason=checks.one_line(error))
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        bases = tuple(f"{b.__module__}.{b.__qualname__}" for b in cls.__mro__[1:-1])
+        constructed = checks.attempt(lambda: self.construct(builder))
+        if not constructed.ok:
+            return BuilderFacts(cls=name, bases=bases, status="not-run", reason=constructed.error)
+        engine = self.engine(builder)
+        kinds, reasons = [], []
+        for kind, spec in KIND_SPECS.items():
+            outcome = checks.attempt(lambda s=spec: self.build(builder, engine.record(s)))
+            if outcome.ok:
+                kinds.append(kind)
+            else:
+                reasons.append(f"{kind}: {outcome.error}")
+        status = "built" if kinds else "constructed"
+        reads = self.layer_reads(builder, kinds[0] if kinds else None)
+        names = checks.top_level(reads.first["init"] | reads.first["build"])
+        required, every = checks.leave_one_out(
+            lambda layers: self._construct_and_build(builder, layers, kinds),
+            engine.make_layer,
+            LAYER_NAMES,
+            names,
+        )
+        return BuilderFacts(
+            cls=name,
+            bases=bases,
+            status=status,
+            reason="; ".join(reasons),
+            batch_kinds=tuple(kinds),
+            reads={p: tuple(sorted(reads.first[p])) for p in ("init", "build")},
+            required=required,
+            required_on_every_layer=every,
+        )
+
+    def _construct_and_build(self, builder: str, layers: dict[str, Any], kinds: list[str]) -> None:
+        built = self.construct(builder, layers)
+        engine = self.engine(builder)
+        for kind in kinds:
+            engine.build(built, engine.record(KIND_SPECS[kind]))
+
+    def layer_reads(self, builder: str, kind: str | None) -> checks.LayerReads:
+        engine = self.engine(builder)
+        record = engine.record(KIND_SPECS[kind]) if kind else None
+        return checks.record_reads(
+            lambda layers: engine.construct(builder, dict(layers)),
+            lambda built: engine.build(built, record) if record is not None else None,
+            engine.make_layer,
+            LAYER_NAMES,
+        )
+
+    # -- the record ---------------------------------------------------------------------
+
+    def field_facts(self, built: list[str]) -> dict[str, FieldFacts]:
+        cls = record_class()
+        optional = checks.optional_fields(cls)
+        needs: dict[str, dict[str, str]] = {}
+        for builder in built:
+            engine = self.engine(builder)
+            measured = checks.field_needs(
+                lambda b, record, e=engine: e.build(self.construct(b), record),
+                [builder],
+                self.records(builder),
+                optional,
+            )
+            for field_name, errors in measured.items():
+                needs.setdefault(field_name, {}).update(errors)
+        facts = {}
+        for name in optional:
+            errors = needs.get(name, {})
+            by_builder: dict[str, list[str]] = {}
+            for key in errors:
+                builder, kind = key.split("/")
+                by_builder.setdefault(builder, []).append(kind)
+            facts[name] = FieldFacts(
+                optional=True,
+                needed_by={b: tuple(k) for b, k in sorted(by_builder.items())},
+                errors=errors,
+            )
+        return facts
+
+
+def measure(workdir: Path, *, version: str, builders: list[str] | None = None) -> EngineFacts:
+    """Every measurement of the installed vLLM, as `EngineFacts`."""
+    from conformance.engines.vllm.transforms import transformation_facts
+
+    run = Measurement(workdir)
+    names = builders or list(BUILDERS)
+    facts = {name: run.builder_facts(name) for name in names}
+    built = [name for name, f in facts.items() if f.status == "built"]
+    cls = record_class()
+    return EngineFacts(
+        engine="vllm",
+        version=version,
+        record_class=f"{cls.__module__}.{cls.__qualname__}",
+        record_fields=checks.record_fields(cls),
+        optional_fields=checks.optional_fields(cls),
+        builders=facts,
+        fields=run.field_facts(built),
+        transformations=transformation_facts(run.engine("TRITON_MLA")),
+        provenance={"builders_built": built},
+    )
+
+
+def main(argv: list[str]) -> int:
+    import tempfile
+
+    import vllm
+
+    out = Path(argv[0])
+    with tempfile.TemporaryDirectory() as workdir:
+        facts = measure(Path(workdir), version=vllm.__version__)
+    write_facts(out, facts)
+    print(f"facts written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,81 @@
+"""The engine target's description, the session's arguments and CI's JUnit check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance.ci import engine_junit
+from conformance.ci.engine_session import EngineSessionError, parse_options
+from conformance.engines.target import VLLM
+
+
+def test_supported_versions_are_bounded() -> None:
+    assert VLLM.supports(VLLM.default_version) is None
+    assert "outside the releases" in (VLLM.supports("0.20.1") or "")
+    assert "outside the releases" in (VLLM.supports("1.0.0") or "")
+    assert VLLM.supports("0.34.0rc1") is None
+    assert VLLM.facts_file("0.33.0") == "vllm-0.33.0.facts.json"
+
+
+def test_session_arguments(tmp_path: Path) -> None:
+    options = parse_options(VLLM, ["--vllm-version", "0.34.0", "--tree", str(tmp_path), "-x"])
+    assert (options.version, options.tree, options.pytest_args) == ("0.34.0", tmp_path, ("-x",))
+    assert parse_options(VLLM, ["--vllm-from-interpreter"]).from_interpreter
+    assert parse_options(VLLM, []).version == VLLM.default_version
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--vllm-version"], "--vllm-version needs a value"),
+        (["--vllm-version", "latest!"], "not a release number"),
+        (["--tree", "/nonexistent/tree"], "not a directory"),
+    ],
+)
+def test_bad_session_arguments_are_one_line(args: list[str], message: str) -> None:
+    with pytest.raises(EngineSessionError, match=message):
+        parse_options(VLLM, args)
+
+
+def _junit(tmp_path: Path, cases: dict[str, str]) -> Path:
+    body = "".join(
+        f'<testcase classname="t" name="{name}">{"" if state == "passed" else f"<{state}/>"}'
+        "</testcase>"
+        for name, state in cases.items()
+    )
+    path = tmp_path / "vllm.xml"
+    path.write_text(f'<testsuites><testsuite name="mla-vllm">{body}</testsuite></testsuites>')
+    return path
+
+
+def test_junit_check_passes_when_every_required_builder_built(tmp_path: Path) -> None:
+    cases = {f"test_builder_builds[{b}]": "passed" for b in VLLM.must_build}
+    assert engine_junit.problems(_junit(tmp_path, cases), VLLM.must_build) == []
+    assert engine_junit.main([str(tmp_path / "vllm.xml")]) == 0
+
+
+@pytest.mark.parametrize("state", ["skipped", "failure", "missing"])
+def test_junit_check_fails_when_a_builder_did_not_build(tmp_path: Path, state: str) -> None:
+    cases = {f"test_builder_builds[{b}]": "passed" for b in VLLM.must_build}
+    if state == "missing":
+        del cases["test_builder_builds[ROCM_AITER_MLA]"]
+    else:
+        cases["test_builder_builds[ROCM_AITER_MLA]"] = state
+    found = engine_junit.problems(_junit(tmp_path, cases), VLLM.must_build)
+    assert any("ROCM_AITER_MLA did not build" in problem for problem in found)
+    assert engine_junit.main([str(tmp_path / "vllm.xml")]) == 1
+
+
+def test_junit_check_fails_on_any_failed_test(tmp_path: Path) -> None:
+    cases = {f"test_builder_builds[{b}]": "passed" for b in VLLM.must_build}
+    cases["test_stub_without_q_lora_rank_fails_naming_it"] = "failure"
+    assert engine_junit.problems(_junit(tmp_path, cases), VLLM.must_build) == [
+        "test_stub_without_q_lora_rank_fails_naming_it failure"
+    ]
+
+
+def test_junit_check_refuses_an_unreadable_file(tmp_path: Path) -> None:
+    (tmp_path / "vllm.xml").write_text("<not xml")
+    assert "not a readable JUnit file" in engine_junit.problems(tmp_path / "vllm.xml", ())[0]
