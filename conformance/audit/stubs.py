@@ -247,9 +247,9 @@ class StubJudge:
                 {r for m in missing for r in needs.get(m, needs.get(m.split(".")[0], ()))}
             )
             reasons = list(dict.fromkeys(why[r] for r in readers))
-            if self.measured is not None:
-                reasons = [*self._examples(module, facts, shape, missing), *reasons]
-            against = f"(read by {join_names(readers)}; reached: {'; '.join(reasons)})"
+            seen = self._examples(module, facts, shape, missing) if self.measured else []
+            against = f"(read by {join_names(readers)}; {''.join(s + '; ' for s in seen)}"
+            against += f"reached: {'; '.join(reasons)})"
             if missing and shape["unpacked"]:
                 findings.append(
                     self._finding(
