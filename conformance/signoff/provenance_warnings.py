@@ -40,8 +40,8 @@ def provenance_warnings(backend_input: BackendInput) -> list[str]:
         kind = sidecar.get("device_kind")
         if kind in GPU_KINDS and not sidecar.get("gpus"):
             warnings.append(
-                f"{run.path.name}: a {kind} run whose provenance names no GPU (device "
-                f"{sidecar.get('device')!r}, devices {sidecar.get('devices') or []}); a GPU "
-                "run records the GPUs torch sees in its sidecar's 'gpus'"
+                f"{run.path.name}: a {kind} run whose sidecar names no GPU in 'gpus' (device "
+                f"{sidecar.get('device')!r}, devices {sidecar.get('devices') or []}): it cannot "
+                "show which GPUs torch saw (a run made before 'gpus' was recorded has none)"
             )
     return warnings
