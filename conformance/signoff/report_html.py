@@ -72,6 +72,12 @@ def _family_class(counts: dict[str, int]) -> str:
     return "PASS" if ran else "NOTRUN"
 
 
+def _cell_class(backend: dict[str, Any], counts: dict[str, int]) -> str:
+    """A cell's class; an INCOMPLETE backend's passes are never the green of a verified one."""
+    family = _family_class(counts)
+    return "INCOMPLETE" if family == "PASS" and backend["status"] == "INCOMPLETE" else family
+
+
 def _list(items: list[str]) -> str:
     return "<ul>" + "".join(f"<li>{escape(item)}</li>" for item in items) + "</ul>"
 
@@ -154,7 +160,7 @@ def _families(document: dict[str, Any]) -> list[str]:
             if stale and counts:
                 parts.append(f'<td class="stale">{text}{STALE_TAG}</td>')
             else:
-                parts.append(f'<td class="{_family_class(counts)}">{text}</td>')
+                parts.append(f'<td class="{_cell_class(backend, counts)}">{text}</td>')
         parts.append("</tr>")
     parts.append("</table>")
     return parts
