@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from conformance.targets import BUILTIN_TARGETS, ENGINE, Target, engine_names
 
@@ -32,17 +32,16 @@ class EngineDetails:
     suite: tuple[str, ...]
     """What the suite's tests need beside the engine (pytest, safetensors, ...)."""
     tests: str
-    probe_modules: tuple[str, ...] = ()
+    probe_modules: tuple[str, ...]
     """Modules that must import for the target to run; the first failure is the reason."""
-    must_build: tuple[str, ...] = ()
+    must_build: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class EngineTarget:
-    """One engine the suite certifies on its own code: its record and its details."""
+class EngineTarget(EngineDetails):
+    """One engine the suite certifies on its own code: its details and its `record`."""
 
     record: Target
-    details: EngineDetails
 
     @property
     def name(self) -> str:
@@ -63,30 +62,6 @@ class EngineTarget:
     def supports(self, version: str) -> str | None:
         """None if the driver supports `version`, else a one-line reason."""
         return self.record.supports(version)
-
-    @property
-    def distribution(self) -> str:
-        return self.details.distribution
-
-    @property
-    def runtime(self) -> tuple[str, ...]:
-        return self.details.runtime
-
-    @property
-    def suite(self) -> tuple[str, ...]:
-        return self.details.suite
-
-    @property
-    def tests(self) -> str:
-        return self.details.tests
-
-    @property
-    def probe_modules(self) -> tuple[str, ...]:
-        return self.details.probe_modules
-
-    @property
-    def must_build(self) -> tuple[str, ...]:
-        return self.details.must_build
 
     @property
     def junit(self) -> str:
@@ -146,7 +121,10 @@ def engine_target(name: str) -> EngineTarget:
     if record is None or record.kind != ENGINE:
         raise KeyError(f"no engine target named {name!r} (known: {list(engine_names())})")
     module, _, attribute = str(record.details).partition(":")
-    return EngineTarget(record, getattr(importlib.import_module(module), attribute))
+    details = getattr(importlib.import_module(module), attribute)
+    return EngineTarget(
+        **{f.name: getattr(details, f.name) for f in fields(details)}, record=record
+    )
 
 
 VLLM = engine_target("vllm")
