@@ -18,8 +18,10 @@ from conformance.audit.config import Config, ConfigError, find_pyproject, load_c
 from conformance.audit.engine import AUDITS, run_audit
 from conformance.audit.findings import SEVERITIES
 from conformance.audit.loader import Options, default_cache_dir
+from conformance.audit.measured import ENGINE, tree_version
 from conformance.audit.protocol import ProtocolFileError
 from conformance.audit.tree import AuditPathError
+from conformance.engines.facts import EngineFacts, FactsError, check_version, read_facts
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--definition",
         metavar="FILE",
         help="a .py file holding the CommonAttentionMetadata dataclass, for trees without one",
+    )
+    add(
+        "--facts",
+        metavar="FILE",
+        help="judge stubs and construction sites by the facts an engine target measured "
+        "(the facts' vLLM version must be the tree's)",
     )
     add(
         "--jobs",
@@ -111,6 +119,24 @@ def _config(args: argparse.Namespace) -> Config:
     return merge(config, table, "command line")
 
 
+def _facts(args: argparse.Namespace) -> EngineFacts | None:
+    """The ``--facts`` file, read, checked and matched to the tree's version."""
+    path = getattr(args, "facts", None)
+    if not path:
+        return None
+    facts = read_facts(path)
+    version, _ = tree_version(args.paths)
+    if version is None:
+        print(
+            f"audit: note: the tree's {ENGINE} version is unknown (no vllm/_version.py, "
+            f"PKG-INFO or pyproject.toml version); judging it by {path}, measured on "
+            f"{facts.engine} {facts.version}",
+            file=sys.stderr,
+        )
+    check_version(facts, engine=ENGINE, version=version, source=path)
+    return facts
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the audit `args` describe; print the report; return the exit status."""
     only = getattr(args, "only", None)
@@ -122,6 +148,7 @@ def main(args: argparse.Namespace) -> int:
     )
     writing = getattr(args, "write_baseline", None)
     try:
+        facts = _facts(args)
         config = _config(args)
         report = run_audit(
             args.paths,
@@ -131,8 +158,9 @@ def main(args: argparse.Namespace) -> int:
             config=config,
             baseline=None if writing else getattr(args, "baseline", None),
             options=Options(jobs=getattr(args, "jobs", 0) or 0, cache_dir=cache),
+            facts=facts,
         )
-    except (AuditPathError, ProtocolFileError, ConfigError, BaselineError) as exc:
+    except (AuditPathError, ProtocolFileError, ConfigError, BaselineError, FactsError) as exc:
         print(f"audit: error: {exc}", file=sys.stderr)
         return 2
     if writing:

@@ -7,22 +7,26 @@ definition it resolves to (else the tree's first), and against the record's *con
 functions and builder methods taking the record (a ``CommonAttentionMetadata``-annotated
 or ``common_attn_metadata`` parameter) and dereferencing or asserting a field
 (`usage.consumer_needs`). A field with a default is needed only when a consumer the site
-reaches needs it: one named in the site's function (or, failing that, its file), directly
-or as the builder a named backend returns, or every backend of a registry enum it names;
-a site that reaches no consumer is checked for the required fields only (nothing is
-guessed).
+reaches (`reach`) needs it; for a run-time choice among a registry's builders, only when
+every candidate needs it; for a decode-only site, not when it is read on the prefill path
+only. A transformation of the record (`transforms`) is judged against every builder's
+``build``. A site that reaches no consumer is checked for the required fields only
+(nothing is guessed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from conformance.audit.definition import CamDefinition
 from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
-from conformance.audit.usage import CAM_NAME
+from conformance.audit.measured import Measured, site_kinds
+from conformance.audit.reach import ScopeGraph, definer, families, reached_from, run_time_reason
+from conformance.audit.transforms import callers, transformation, transformation_needs
+from conformance.audit.usage import CAM_NAME, PREFILL_ONLY
 
 
 @dataclass(frozen=True)
@@ -96,9 +100,11 @@ def consumers(index: Index) -> dict[str, list[str]]:
         for module in index.names_of[number][:1]:
             for name, info in facts["classes"].items():
                 if info["cam"]:  # inherited needs are their base's, listed under the base
-                    table[f"{module}.{name}"] = sorted({f for v in info["cam"].values() for f in v})
+                    table[f"{module}.{name}"] = sorted(
+                        {_field(f) for v in info["cam"].values() for f in v}
+                    )
             for name, info in facts["functions"].items():
-                table[f"{module}.{name}"] = info["cam"]
+                table[f"{module}.{name}"] = sorted({_field(f) for f in info["cam"]})
     return table
 
 
@@ -131,27 +137,132 @@ def iter_sites(
             yield number, raw, definition, site
 
 
-def audit_sites(index: Index, defs: Definitions) -> list[Finding]:
+def audit_sites(index: Index, defs: Definitions, measured: Measured | None = None) -> list[Finding]:
     """The findings of every construction site (noqa is applied by the caller)."""
     findings: list[Finding] = []
     for number, _, definition, site in iter_sites(index, defs):
         facts = index.facts(number)
         module = (index.names_of[number] or [""])[0]
-        refs = facts["refs"].get(site.qualname, [])
-        reached = index.reached(module, refs, "cam") or index.reached(
-            module, facts["refs"].get("<file>", []), "cam"
-        )
-        table = {f"{t.module}.{t.name}": _needs(index, t) for t in reached} if reached else {}
-        findings += check_site(site, definition, table, index.entries[number])
+        method = transformation(site.qualname)
+        seen = measured.dropped(method) if measured and method and callers(index, method) else None
+        if seen is not None:
+            table, reasons = seen
+            lost = {f for fields in table.values() for f in fields}
+            site = replace(site, passed=tuple(p for p in site.passed if p not in lost))
+        elif method:
+            # a transformation nothing calls is checked for the required fields only
+            table, reasons = transformation_needs(index, method) or ({}, [])
+        else:
+            table, reasons = site_needs(index, module, facts, site.qualname, measured)
+        findings += check_site(site, definition, table, index.entries[number], reasons)
     return findings
 
 
-def _needs(index: Index, target: Target) -> list[str]:
-    return sorted({f for v in index.by_method(target, "cam").values() for f in v})
+def _field(need: str) -> str:
+    return need.split(PREFILL_ONLY, 1)[0]
+
+
+def decode_only(facts: dict[str, Any], qualname: str) -> bool:
+    """Whether a site in `qualname` builds speculative-verification batches: its scope, its
+    callees or its callers configure speculative decoding, so its batches are decodes."""
+    scopes = set().union(*list(ScopeGraph(facts).rings(qualname))[:2])
+    return bool(scopes & set(facts.get("speculative", ())))
+
+
+def site_needs(
+    index: Index,
+    module: str,
+    facts: dict[str, Any],
+    qualname: str,
+    measured: Measured | None = None,
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Consumer method (``Class.method``) → the fields it needs, for the consumers a site in
+    `qualname` reaches, and consumer → why it is reached. Fields read on the prefill path only are
+    left out for a decode-only site (`decode_only`)."""
+    decodes = decode_only(facts, qualname)
+    table, reasons = _site_table(index, module, facts, qualname, measured, site_kinds(decodes))
+    if decodes and any(PREFILL_ONLY in f for fields in table.values() for f in fields):
+        reasons["*"] = (
+            "its batches are decodes (it sets up speculative decoding), so reads on the "
+            "prefill path only are not required"
+        )
+    return {
+        consumer: [_field(f) for f in fields if not (decodes and PREFILL_ONLY in f)]
+        for consumer, fields in table.items()
+    }, reasons
+
+
+def _site_table(
+    index: Index,
+    module: str,
+    facts: dict[str, Any],
+    qualname: str,
+    measured: Measured | None,
+    kinds: tuple[str, ...],
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    table: dict[str, list[str]] = {}
+    reasons: dict[str, str] = {}
+
+    def note(reason: str) -> None:
+        for consumer in table:
+            reasons.setdefault(consumer, reason)
+
+    reached = reached_from(index, module, facts, qualname, "cam")
+    for one in reached:
+        if one.runtime:
+            continue
+        if measured and measured.field_needs(one.target, kinds, table):
+            note(one.how)
+            continue
+        for method, fields in index.by_method(one.target, "cam").items():
+            if one.method is None or method == one.method:
+                for field in fields:
+                    owner = definer(index, one.target, method, "cam", _field(field))
+                    table.setdefault(f"{owner.name}.{method}", []).append(field)
+        note(one.how)
+    runtime = [r for r in reached if r.runtime]
+    stubs = stub_attributes(index, module, facts) if runtime else []
+    for base, count in families(index, runtime, "cam"):
+        every = count == len(runtime)
+        read = {
+            p.split(".")[0]
+            for reads in index.class_facts(base)["layer"].values()
+            for p, *_ in reads
+        }  # type: ignore[index]
+        written_for = [line for line, attrs in stubs if attrs & read]
+        if not (every or written_for):
+            continue  # needed by some candidates only, and nothing here is written for them
+        if not (measured and measured.field_needs(base, kinds, table, exact=every)):
+            for method, fields in index.class_facts(base)["cam"].items():  # type: ignore[index]
+                table.setdefault(f"{base.name}.{method}", []).extend(fields)
+        reason = run_time_reason(base, count, runtime, "consumers")
+        if not every:
+            reason += f"; the layer stub at line {written_for[0]} is written for it"
+        note(reason)
+    return table, reasons
+
+
+def stub_attributes(index: Index, module: str, facts: dict[str, Any]) -> list[tuple[int, set[str]]]:
+    """(line, attributes) of each layer stub stored in the file: the family of builders a
+    file's stubs are written for is the family its run-time choice is made among."""
+    found = []
+    for shape in facts["stores"]:
+        attrs = set(shape["attrs"])
+        if shape["kind"] != "mapping":
+            target = index.resolve_dotted(module, shape["cls"])
+            if target is None or target.kind != "class":
+                continue
+            attrs |= index.attributes(target, instance=shape["kind"] == "instance")[0]
+        found.append((shape["line"], attrs))
+    return found
 
 
 def check_site(
-    site: ConstructionSite, definition: CamDefinition, table: dict[str, list[str]], entry: Any
+    site: ConstructionSite,
+    definition: CamDefinition,
+    table: dict[str, list[str]],
+    entry: Any,
+    reasons: Mapping[str, str] | list[str] | None = None,
 ) -> list[Finding]:
     """The findings of one site, given the consumers it reaches and what they need."""
     where = f"{CAM_NAME}(...) in {site.qualname}"
@@ -160,7 +271,12 @@ def check_site(
     for consumer, fields in sorted(table.items()):
         for name in fields:
             if name in definition.fields and name not in definition.required:
-                by_field.setdefault(name, consumer.rsplit(".", 1)[-1])
+                by_field.setdefault(name, consumer)
+    if isinstance(reasons, Mapping):  # the reasons of the consumers a finding names
+        lacking = [n for n in definition.fields if n not in given or n in site.passed_none]
+        named = {by_field[n] for n in lacking if n in by_field}
+        reasons = list(dict.fromkeys(v for k, v in reasons.items() if k in named or k == "*"))
+    reached = f"; reached: {'; '.join(reasons)}" if reasons else ""
     findings: list[Finding] = []
 
     def add(code: str, message: str, names: list[str]) -> None:
@@ -205,14 +321,16 @@ def check_site(
     if parts:
         add(
             "CAM001",
-            " and ".join(parts) + f" (definition at {definition.source})",
+            " and ".join(parts)
+            + f" (definition at {definition.source}{reached if absent_needed or nones else ''})",
             [*absent_required, *absent_needed, *(nones if not entry.is_support else [])],
         )
     if nones and entry.is_support:
         add(
             "CAM006",
             "passes None on purpose for "
-            + join_names(f"{n} (read by {by_field[n]})" for n in nones),
+            + join_names(f"{n} (read by {by_field[n]})" for n in nones)
+            + (f" ({reached[2:]})" if reached else ""),
             nones,
         )
     deprecated = [n for n in dict.fromkeys(site.passed) if n in definition.deprecated]

@@ -13,10 +13,12 @@ from conformance.audit.definition import CamDefinition
 from conformance.audit.findings import Finding, Problem
 from conformance.audit.index import Index
 from conformance.audit.loader import DEFAULT_MAX_FILE_SIZE, Options, load_many, load_one
+from conformance.audit.measured import Measured
 from conformance.audit.protocol import LayerProtocol, ProtocolFileError, load_protocol_file
 from conformance.audit.report import AuditReport
 from conformance.audit.stubs import StubJudge
 from conformance.audit.tree import walk
+from conformance.engines.facts import EngineFacts
 
 AUDITS: tuple[str, ...] = ("construction", "stubs")
 _EMPTY: dict[str, Any] = {"imports": {}, "stars": [], "aliases": {}, "classes": {}}
@@ -85,8 +87,12 @@ def run_audit(
     config: Config | None = None,
     baseline: str | None = None,
     options: Options | None = None,
+    facts: EngineFacts | None = None,
 ) -> AuditReport:
     """Run `audits` over `paths` and collect one report (docs/audit.md).
+
+    With `facts` (an engine's measured facts), stubs and construction sites are judged by
+    what the real builders were seen to need (`measured`).
 
     Raises `tree.AuditPathError` for a PATH that cannot be audited, `ProtocolFileError` for
     a bad protocol or definition file and `baseline.BaselineError` for a bad baseline;
@@ -103,13 +109,14 @@ def run_audit(
         protocol = load_protocol_file(protocol_file)
     override = load_definition_file(definition_file) if definition_file else None
     index, problems = build_index(paths, config, options)
+    measured = Measured(facts, index) if facts is not None else None
     raw: list[Finding] = []
     context: dict[str, Any] = {}
     if "construction" in audits:
         defs = Definitions(index, override)
         raw += definition_findings(index, defs, os.fspath(paths[0]) if paths else ".")
         if defs.primary is not None:
-            raw += audit_sites(index, defs)
+            raw += audit_sites(index, defs, measured)
             context["definition"] = {
                 "source": defs.primary.source,
                 "fields": list(defs.primary.fields),
@@ -118,7 +125,7 @@ def run_audit(
             }
         context["consumers"] = consumers(index)
     if "stubs" in audits:
-        judge = StubJudge(index, protocol)
+        judge = StubJudge(index, protocol, measured)
         raw += judge.run()
         context["stubs"] = {
             "protocol": protocol.to_json() if protocol else None,
@@ -141,6 +148,12 @@ def run_audit(
     if baseline:
         kept, known = split_known(kept, baseline)
     context["config"] = {"source": config.source, "baseline": baseline}
+    if facts is not None:
+        context["facts"] = {
+            "engine": facts.engine,
+            "version": facts.version,
+            "builders": sorted(facts.builders),
+        }
     return AuditReport(
         findings=kept,
         problems=problems,

@@ -13,11 +13,11 @@ import ast
 import re
 from typing import Any
 
-from conformance.audit import usage
+from conformance.audit import reach_facts, usage
 from conformance.audit.astutil import constant_str, dotted, iter_scopes, terminal
 from conformance.audit.definition import definition_facts
 
-FACTS_VERSION = 9
+FACTS_VERSION = 14
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
@@ -58,6 +58,11 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
         "stores": [],
         "standins": [],
         "refs": {},
+        "globals": {},
+        "patched": {},
+        "called": [],
+        "speculative": [],
+        "params": {},
         "noqa": suppressions(text),
         "cam_defs": [],
     }
@@ -105,7 +110,21 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
         if found:
             facts["refs"][scope.qualname] = usage.scope_refs(scope)
     if facts["sites"] or facts["stores"]:
-        facts["refs"]["<file>"] = usage.maximal_refs(every)
+        for scope in scopes:
+            if scope.kind != "class":
+                if scope.qualname not in facts["refs"]:
+                    facts["refs"][scope.qualname] = usage.scope_refs(scope)
+                params = reach_facts.parameters(scope.node)
+                if params:
+                    facts["params"][scope.qualname] = params
+                if facts["sites"] and reach_facts.configures_speculation(scope.nodes):
+                    facts["speculative"].append(scope.qualname)
+                patched = reach_facts.patched_methods(scope.nodes)
+                if patched:
+                    facts["patched"][scope.qualname] = patched
+        facts["globals"] = reach_facts.module_globals(module)
+    if wants_cam:
+        facts["called"] = reach_facts.called_methods(every)
     return facts
 
 

@@ -57,6 +57,7 @@ class Index:
             self.names_of.append(names)
             for name in names:
                 self.modules.setdefault(name, number)
+        self._by_relpath = {entry.relpath: n for n, entry in enumerate(entries)}
         self._memo: dict[tuple[str, str], Target | None] = {}
         self._methods: dict[tuple[str, str], dict[str, Any]] = {}
 
@@ -110,7 +111,9 @@ class Index:
         imported = facts["imports"].get(name)
         if imported is not None:
             level, source, attr = imported
-            base = self._absolute(module, level, source)
+            base = (self._script_sibling(module, source) if level == 0 else None) or (
+                self._absolute(module, level, source)
+            )
             if attr is None:
                 return Target("module", base) if base in self.modules else Target("external", base)
             full = f"{base}.{attr}" if base else attr
@@ -128,6 +131,25 @@ class Index:
                 found = self.resolve_name(base, name, depth + 1)
                 if found is not None:
                     return found
+        return None
+
+    def _script_sibling(self, module: str, source: str) -> str | None:
+        """The module a script-style import (``from common import X`` in a script run with
+        its own folder first on ``sys.path``: a folder without ``__init__.py``, or test and
+        benchmark code) names: the sibling file, when there is one."""
+        number = self.modules.get(module)
+        if number is None or not source:
+            return None
+        entry = self.entries[number]
+        folder = entry.relpath.rpartition("/")[0]
+        prefix = f"{folder}/" if folder else ""
+        if f"{prefix}__init__.py" in self._by_relpath and not entry.is_support:
+            return None  # a package module: its imports are absolute
+        stem = prefix + source.replace(".", "/")
+        for candidate in (f"{stem}.py", f"{stem}/__init__.py"):
+            found = self._by_relpath.get(candidate)
+            if found is not None and self.names_of[found]:
+                return self.names_of[found][-1]
         return None
 
     def resolve_dotted(self, module: str, ref: str, depth: int = 0) -> Target | None:

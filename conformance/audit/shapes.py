@@ -29,6 +29,7 @@ class _Facts:
         self.bindings: dict[str, list[tuple[int, ast.expr]]] = {}
         self.sets: dict[str, list[tuple[int, str, ast.expr | None]]] = {}
         self.ctx: set[str] = set()
+        self.dynamic: set[str] = set()  # names given attributes under computed names
         for node in scope.nodes:
             if isinstance(node, ast.Assign):
                 for target in node.targets:
@@ -42,6 +43,17 @@ class _Facts:
                     self.sets.setdefault(args[0].id, []).append(
                         (node.lineno, constant_str(args[1]), value)  # type: ignore[arg-type]
                     )
+                elif len(args) >= 2 and isinstance(args[0], ast.Name):
+                    self.dynamic.add(args[0].id)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "update"
+                and isinstance(node.func.value, ast.Attribute)
+                and node.func.value.attr == "__dict__"
+                and isinstance(node.func.value.value, ast.Name)
+            ):
+                self.dynamic.add(node.func.value.value.id)
         for name, values in self.bindings.items():
             if any(_names_context(v) for _, v in values):
                 self.ctx.add(name)
@@ -92,6 +104,7 @@ class _Facts:
                         else:
                             shape["values"].pop(attr, None)
                 shape["var"] = expr.id
+                shape["dynamic"] = expr.id in self.dynamic
             return shape
         if not isinstance(expr, ast.Call):
             return None
@@ -146,6 +159,8 @@ def _shape(kind: str, label: str, node: ast.AST, cls: str | None) -> dict[str, A
         "attrs": [],
         "values": {},
         "unpacked": False,
+        "dynamic": False,
+        "first": True,
         "line": getattr(node, "lineno", 0),
         "col": getattr(node, "col_offset", 0),
         "end": getattr(node, "end_lineno", 0) or getattr(node, "lineno", 0),
@@ -168,12 +183,13 @@ def standin_class(call: ast.Call) -> str | None:
     return cls if owner in ("object", cls) else None
 
 
-def _stored(node: ast.AST, facts: _Facts) -> Iterator[ast.expr]:
+def _stored(node: ast.AST, facts: _Facts) -> Iterator[tuple[ast.expr, bool]]:
+    """(value, whether it may be the first layer of the context) for each stored value."""
     if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for target in targets:
             if isinstance(target, ast.Subscript) and facts.is_context(target.value):
-                yield node.value
+                yield node.value, True
             elif _names_context(target):
                 yield from _values(node.value, facts, node.lineno)
     elif isinstance(node, ast.Call):
@@ -182,19 +198,26 @@ def _stored(node: ast.AST, facts: _Facts) -> Iterator[ast.expr]:
             if func.attr == "update":
                 for arg in node.args:
                     yield from _values(arg, facts, node.lineno)
-                yield from (k.value for k in node.keywords if k.arg)
+                yield from _firsts(k.value for k in node.keywords if k.arg)
             elif func.attr == "setdefault" and len(node.args) == 2:
-                yield node.args[1]
+                yield node.args[1], True
         for keyword in node.keywords:
             if keyword.arg and keyword.arg.endswith(CONTEXT):
                 yield from _values(keyword.value, facts, node.lineno)
 
 
-def _values(node: ast.AST, facts: _Facts, line: int, depth: int = 0) -> Iterator[ast.expr]:
+def _firsts(values: Iterator[ast.expr]) -> Iterator[tuple[ast.expr, bool]]:
+    for index, value in enumerate(values):
+        yield value, index == 0
+
+
+def _values(
+    node: ast.AST, facts: _Facts, line: int, depth: int = 0
+) -> Iterator[tuple[ast.expr, bool]]:
     if isinstance(node, ast.Dict):
-        yield from (v for k, v in zip(node.keys, node.values, strict=True) if k is not None)
+        yield from _firsts(v for k, v in zip(node.keys, node.values, strict=True) if k is not None)
     elif isinstance(node, ast.Call) and dotted(node.func) == "dict":
-        yield from (k.value for k in node.keywords if k.arg)
+        yield from _firsts(k.value for k in node.keywords if k.arg)
         for arg in node.args:
             yield from _values(arg, facts, line, depth + 1)
     elif isinstance(node, ast.Name) and depth < _DEPTH:
@@ -209,11 +232,12 @@ def stubs_in_scope(scope: Scope, ns_names: set[str]) -> tuple[list[dict], list[d
     facts = _Facts(scope, ns_names)
     stores: list[dict] = []
     for node in scope.nodes:
-        for value in _stored(node, facts):
+        for value, first in _stored(node, facts):
             shape = facts.read(value, getattr(node, "lineno", 0))
             if shape is None:
                 continue
             shape.update(q=scope.qualname, store=node.lineno, store_end=node.end_lineno)  # type: ignore[attr-defined]
+            shape["first"] = first
             stores.append(shape)
     standins: list[dict] = []
     if scope.qualname.rsplit(".", 1)[-1] == "__new__":
@@ -246,6 +270,7 @@ def _standin(node: ast.Call, cls: str, var: str | None, scope: Scope, facts: _Fa
     record.update(q=scope.qualname, var=var, calls=[], reads=[], init=False)
     if var is None:
         return record
+    record["dynamic"] = var in facts.dynamic
     record["attrs"] = sorted({a for line, a, _ in facts.sets.get(var, []) if line >= node.lineno})
     expected_to_fail = _raising_blocks(scope.nodes)
     reads: list[tuple[str, int]] = []

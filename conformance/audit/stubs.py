@@ -8,12 +8,14 @@ of a core class of the tree (the real layer) or of a class outside it is the rea
 a stand-in of a core class that is not an ``AttentionLayerBase`` (a fused-MoE layer, say)
 is a non-attention layer: neither is a layer stub.
 
-A layer stub is judged against the *builders it reaches*: tree classes whose methods take
-layers out of a context (`usage.layer_reads`), named in the storing function (else its
-file), directly or as what a named backend's ``get_builder_cls`` returns or a registry
-enum member names. A stub reaching no builder is not judged. Reads through
+A layer stub is judged against the *builders it reaches* (`reach`): tree classes whose
+methods take layers out of a context (`usage.layer_reads`). A builder chosen at run time
+from a registry enum is judged by the family base the stub is written for (`reach.families`).
+A stub reaching no builder is not judged; neither are the bodies of methods the test
+replaces, nor first-layer reads for a later layer. Reads through
 ``get_layers_from_vllm_config(cfg, Type)`` count only for stubs of a ``Type`` subclass.
-With a protocol (``--protocol FILE``), every layer stub is judged against it instead.
+With a protocol (``--protocol FILE``), every layer stub is judged against it instead; with
+measured facts (`measured`), by what the real builders were seen to require.
 
 *Stand-ins* ``x = object.__new__(Cls)`` skip ``__init__``: the attributes the methods
 called on ``x`` (and ``x``'s direct reads) use, that ``Cls``'s methods would set, must be
@@ -26,7 +28,16 @@ from typing import Any
 
 from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
+from conformance.audit.measured import Measured
 from conformance.audit.protocol import LayerProtocol
+from conformance.audit.reach import (
+    ScopeGraph,
+    ancestors,
+    definer,
+    families,
+    reached_from,
+    run_time_reason,
+)
 
 LAYER_BASE = "AttentionLayerBase"
 
@@ -55,9 +66,12 @@ def _missing(shape: dict[str, Any], required: dict[str, dict], prefix: str = "")
 class StubJudge:
     """Judges the stubs of one index."""
 
-    def __init__(self, index: Index, protocol: LayerProtocol | None) -> None:
+    def __init__(
+        self, index: Index, protocol: LayerProtocol | None, measured: Measured | None = None
+    ) -> None:
         self.index = index
         self.protocol = protocol
+        self.measured = measured
         self.judged = 0
         self.unreached = 0
 
@@ -114,45 +128,128 @@ class StubJudge:
         attrs, unknown = self.index.attributes(target, instance=instance)
         return target, attrs | set(shape["attrs"]), unknown
 
+    def _patched(self, module: str, facts: dict, qualname: str) -> set[tuple[str, str]]:
+        """(class key, method or ``*``) replaced in the stub's scope, its callers and callees,
+        or at module level: their bodies never run there."""
+        graph = ScopeGraph(facts)
+        scopes = {"<module>"} | set().union(*list(graph.rings(qualname))[:2])
+        found: set[tuple[str, str]] = set()
+        for scope in scopes:
+            for ref, method, absolute in facts["patched"].get(scope, []):
+                owner = (
+                    self.index.resolve_absolute(ref)
+                    if absolute
+                    else self.index.resolve_dotted(module, ref)
+                )
+                if owner is not None and owner.kind == "class":
+                    found.add((owner.key, method))
+        return found
+
+    def _reads(
+        self,
+        builder: Target,
+        only: str | None,
+        shape: dict,
+        target: Target | None,
+        patched: set[tuple[str, str]],
+        needs: dict[str, set[str]],
+    ) -> None:
+        """Add what `builder` (its method `only`, else all) requires of this stub."""
+        keys = {a.key for a in ancestors(self.index, builder)}
+        for method, reads in self.index.by_method(builder, "layer").items():
+            if only is not None and method != only:
+                continue
+            if any(k in keys and m in (method, "*") for k, m in patched):
+                continue  # replaced by the test: its body never runs
+            for path, kind, scope in reads:
+                reader = f"{definer(self.index, builder, method, 'layer', path).name}.{method}"
+                if scope == "first" and not shape.get("first", True):
+                    continue  # read from the group's first layer only
+                if kind is None or (
+                    target is not None and self.index.is_subclass(target, kind.rsplit(".", 1)[-1])
+                ):
+                    needs.setdefault(path, set()).add(reader)
+
+    def _examples(self, module: str, facts: dict, shape: dict, missing: list[str]) -> list[str]:
+        """One measured error for the missing attributes, when the facts hold one."""
+        for one in reached_from(self.index, module, facts, shape["q"], "layer"):
+            for target in (one.target, *ancestors(self.index, one.target)):
+                text = self.measured.example(target, missing) if self.measured else ""
+                if text:
+                    return [f"measured: {text}"]
+        return []
+
     def _requirements(
-        self, number: int, module: str, facts: dict, shape: dict, target: Target | None
-    ) -> tuple[set[str], list[str]] | None:
+        self,
+        module: str,
+        facts: dict,
+        shape: dict,
+        target: Target | None,
+        attrs: set[str],
+    ) -> tuple[dict[str, set[str]], dict[str, str]] | None:
+        """Required path → who reads it, and reader → why it is reached; None when the
+        stub reaches no builder."""
         if self.protocol is not None:
-            return set(self.protocol.attributes), [self.protocol.source]
-        builders = self.index.reached(module, facts["refs"].get(shape["q"], []), "layer")
-        builders = builders or self.index.reached(module, facts["refs"].get("<file>", []), "layer")
-        if not builders:
+            source = self.protocol.source
+            return {p: {source} for p in self.protocol.attributes}, {source: f"protocol {source}"}
+        reached = reached_from(self.index, module, facts, shape["q"], "layer")
+        if not reached:
             return None
-        paths: set[str] = set()
-        for builder in builders:
-            for reads in self.index.by_method(builder, "layer").values():
-                for path, kind in reads:
-                    if kind is None or (
-                        target is not None
-                        and self.index.is_subclass(target, kind.rsplit(".", 1)[-1])
-                    ):
-                        paths.add(path)
-        return paths, [b.name for b in builders]
+        patched = self._patched(module, facts, shape["q"])
+        needs: dict[str, set[str]] = {}
+        why: dict[str, str] = {}
+        first = shape.get("first", True)
+        judged = False
+
+        def judge(builder: Target, methods: list[str | None], reason: str) -> None:
+            if not (self.measured and self.measured.stub_needs(builder, first, needs)):
+                for method in methods:
+                    self._reads(builder, method, shape, target, patched, needs)
+            for readers in needs.values():
+                for reader in readers:
+                    why.setdefault(reader, reason)
+
+        for one in reached:
+            if not one.runtime:
+                judge(one.target, [one.method], one.how)
+                judged = True
+        runtime = [r for r in reached if r.runtime]
+        for base, count in families(self.index, runtime, "layer"):
+            own = self.index.class_facts(base)["layer"]  # type: ignore[index]
+            if not {p.split(".")[0] for reads in own.values() for p, *_ in reads} & attrs:
+                continue  # the stub is not written for this family
+            reason = run_time_reason(base, count, runtime, "builders")
+            judge(base, list(own), reason)
+            judged = True
+        return (needs, why) if judged else None
 
     def _store(self, number: int, module: str, facts: dict, shape: dict) -> list[Finding]:
         classified = self._classify(number, module, shape)
         if classified is None:
             return []
         target, attrs, unknown = classified
-        needed = self._requirements(number, module, facts, shape, target)
+        if shape.get("dynamic"):
+            unknown = "attributes set under computed names"
+        needed = self._requirements(module, facts, shape, target, attrs)
         if needed is None:
             self.unreached += 1
             return []
         self.judged += 1
-        paths, builders = needed
+        needs, why = needed
         stored = "stored in static_forward_context"
         if shape["store"] != shape["line"]:
             stored += f" at line {shape['store']}"
         where = f"layer stub {shape['label']} {stored} in {shape['q']}"
-        against = f"(read by {join_names(sorted(set(builders)))})"
         findings: list[Finding] = []
         if unknown is None:
-            missing = _missing({**shape, "attrs": attrs}, _tree(paths))
+            missing = _missing({**shape, "attrs": attrs}, _tree(set(needs)))
+            readers = sorted(
+                {r for m in missing for r in needs.get(m, needs.get(m.split(".")[0], ()))}
+            )
+            reasons = list(dict.fromkeys(why[r] for r in readers))
+            seen = self._examples(module, facts, shape, missing) if self.measured else []
+            against = f"(read by {join_names(readers)}; {''.join(s + '; ' for s in seen)}"
+            against += f"reached: {'; '.join(reasons)})"
             if missing and shape["unpacked"]:
                 findings.append(
                     self._finding(
@@ -189,8 +286,8 @@ class StubJudge:
         return findings
 
     def _standin(self, number: int, module: str, shape: dict) -> list[Finding]:
-        if shape["init"] or shape["var"] is None:
-            return []
+        if shape["init"] or shape["var"] is None or shape.get("dynamic"):
+            return []  # initialised, unused, or given attributes under computed names
         target = self.index.resolve_dotted(module, shape["cls"])
         if target is None or target.kind != "class":
             return []

@@ -18,6 +18,8 @@ import ast
 from typing import Any
 
 from conformance.audit.astutil import Scope, dotted, guards, parents, terminal
+from conformance.audit.conditions import derived_names, none_fallbacks, unrequired_ids
+from conformance.audit.selfuse import self_usage
 from conformance.audit.shapes import stubs_in_scope
 
 __all__ = [
@@ -40,12 +42,26 @@ def _is_context(node: ast.AST, ctx_names: set[str]) -> bool:
     return text is not None and (text.endswith(CONTEXT) or text in ctx_names)
 
 
+def _first_layer(node: ast.AST) -> bool:
+    """Whether `node` is ``ctx[names[0]]``: the first layer of the group only."""
+    index = node.slice if isinstance(node, ast.Subscript) else None
+    return (
+        isinstance(index, ast.Subscript)
+        and isinstance(index.slice, ast.Constant)
+        and index.slice.value == 0
+    )
+
+
 def layer_reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list[Any]] | None:
-    """``[[attr_path, type_filter_or_None], ...]`` read from layers in `func`; None when
-    `func` takes no layer out of a context at all."""
-    ctx_names = {a.arg for a in func.args.args if a.arg.endswith(CONTEXT)}
+    """``[[attr_path, type_filter_or_None, "first"|"every"], ...]`` read from layers in
+    `func` (``first``: read from ``ctx[layer_names[0]]`` only); None when `func` takes no
+    layer out of a context at all. Reads behind a condition not about the layers, or
+    deferred (`conditions`), are left out."""
+    params = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
+    ctx_names = {a.arg for a in params if a.arg.endswith(CONTEXT)}
     typed: dict[str, str | None] = {}  # name of a get_layers_from_vllm_config result → type
     layers: dict[str, str | None] = {}  # layer variable → type filter (None: any object)
+    firsts: set[str] = set()  # layer variables bound to the first layer only
     nodes = list(ast.walk(func))
     for node in nodes:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -77,35 +93,50 @@ def layer_reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list[Any]]
                 target = target.elts[1]
             if isinstance(target, ast.Name):
                 layers[target.id] = kind  # type: ignore[assignment]
+                if _first_layer(source):
+                    firsts.add(target.id)
+                else:
+                    firsts.discard(target.id)
+    seed = ctx_names | set(layers) | set(typed) | {a.arg for a in params if "layer" in a.arg}
+    if not touched and not any(
+        isinstance(n, ast.Subscript) and _is_context(n.value, ctx_names) for n in nodes
+    ):
+        return None
+    lazy = unrequired_ids(func, derived_names(func, seed))
     branch = guards(func)
     up = parents(func)
-    reads: set[tuple[str, str | None]] = set()
+    reads: set[tuple[str, str | None, str]] = set()
     for node in nodes:
+        if id(node) in lazy:
+            continue
         if isinstance(node, ast.Call) and terminal(node.func) == "getattr" and len(node.args) == 2:
             base, key = node.args
             if isinstance(base, ast.Name) and base.id in layers and isinstance(key, ast.Constant):
-                reads.add((str(key.value), layers[base.id]))
+                scope = "first" if base.id in firsts else "every"
+                reads.add((str(key.value), layers[base.id], scope))
             continue
         if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)):
             continue
         base = node.value
         if isinstance(base, ast.Name) and base.id in layers:
             kind = layers[base.id]
+            scope = "first" if base.id in firsts else "every"
             inspected = branch.get(id(node), set())
             if base.id in inspected or f"{base.id}.{node.attr}" in inspected:
                 continue
         elif isinstance(base, ast.Subscript) and _is_context(base.value, ctx_names):
             kind, touched = None, True
+            scope = "first" if _first_layer(base) else "every"
         else:
             continue
         path = node.attr
         parent = up.get(id(node))
         if isinstance(parent, ast.Attribute) and parent.value is node:
             path += "." + parent.attr
-        reads.add((path, kind))
+        reads.add((path, kind, scope))
     if not touched and not reads:
         return None
-    return [list(r) for r in sorted(reads, key=lambda r: (r[0], r[1] or ""))]
+    return [list(r) for r in sorted(reads, key=lambda r: (r[0], r[1] or "", r[2]))]
 
 
 def _layer_source(node: ast.AST, ctx: set[str], typed: dict[str, str | None]) -> Any:
@@ -129,7 +160,9 @@ def _layer_source(node: ast.AST, ctx: set[str], typed: dict[str, str | None]) ->
 
 def consumer_needs(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str] | None:
     """Fields `func` requires of its `CommonAttentionMetadata` parameter (module
-    docstring); None when it has no such parameter."""
+    docstring); None when it has no such parameter. A field read only on the prefill path
+    (under a branch testing a ``*prefill*`` name, ``if num_prefills > 0:``) is listed as
+    ``field@prefill``: decode-only batches do not need it."""
     params = {
         a.arg
         for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
@@ -137,6 +170,15 @@ def consumer_needs(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str] | 
     }
     if not params:
         return None
+    for node in ast.walk(func):  # ``cam = common_attn_metadata``: another name for it
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in params
+        ):
+            params.add(node.targets[0].id)
     aliases: dict[str, str] = {}
     for node in ast.walk(func):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -148,21 +190,48 @@ def consumer_needs(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str] | 
                 and isinstance(target, ast.Name)
             ):
                 aliases[target.id] = value.attr
+    fallbacks = none_fallbacks(func, set(aliases)) if aliases else set()
     branch = guards(func)
     up = parents(func)
-    needs: set[str] = set()
+    needs: dict[str, bool] = {}  # field → read on the prefill path only
+    lazy: set[int] | None = None
     for node in ast.walk(func):
         field = None
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id in params and isinstance(node.ctx, ast.Load):
                 field, text = node.attr, f"{node.value.id}.{node.attr}"
-        elif isinstance(node, ast.Name) and node.id in aliases and isinstance(node.ctx, ast.Load):
+        elif (
+            isinstance(node, ast.Name)
+            and node.id in aliases
+            and node.id not in fallbacks
+            and isinstance(node.ctx, ast.Load)
+        ):
             field, text = aliases[node.id], node.id
         if field is None or text in branch.get(id(node), set()):
             continue
-        if _dereferenced(node, up):
-            needs.add(field)
-    return sorted(needs)
+        if not _dereferenced(node, up):
+            continue
+        if lazy is None:  # computed only for functions that dereference the record
+            lazy = unrequired_ids(func, derived_names(func, params))
+        if id(node) not in lazy:
+            needs[field] = needs.get(field, True) and _on_prefill_path(node, up)
+    return sorted(f"{f}{PREFILL_ONLY}" if only else f for f, only in needs.items())
+
+
+PREFILL_ONLY = "@prefill"
+
+
+def _on_prefill_path(node: ast.AST, up: dict[int, ast.AST]) -> bool:
+    """Whether `node` sits under a branch whose test names a ``*prefill*`` value."""
+    child, parent = node, up.get(id(node))
+    while parent is not None:
+        if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and child is not parent.test:
+            names = [dotted(n) or "" for n in ast.walk(parent.test) if isinstance(n, ast.Name)]
+            names += [n.attr for n in ast.walk(parent.test) if isinstance(n, ast.Attribute)]
+            if any("prefill" in name.lower() for name in names):
+                return True
+        child, parent = parent, up.get(id(parent))
+    return False
 
 
 def _dereferenced(node: ast.AST, up: dict[int, ast.AST]) -> bool:
@@ -184,102 +253,6 @@ def _dereferenced(node: ast.AST, up: dict[int, ast.AST]) -> bool:
     if isinstance(parent, ast.Compare) and isinstance(up.get(id(parent)), ast.Assert):
         return any(isinstance(op, ast.IsNot) for op in parent.ops)
     return False
-
-
-def self_usage(
-    nodes: list[ast.AST], self_name: str | None, body: list[ast.stmt] | None = None
-) -> dict[str, Any]:
-    """What a method (its scope's `nodes`, its `body`) sets on, reads from and calls on its
-    first parameter on every path, and the dotted names it returns."""
-    sets: set[str] = set()
-    reads: set[str] = set()
-    calls: set[str] = set()
-    supers: set[str] = set()
-    returns: list[str] = []
-    dynamic = False
-    called: set[int] = set()
-    branches = conditional_ids(nodes) | after_early_exit(body or [])
-    for node in nodes:
-        if id(node) in branches and not isinstance(node, ast.Attribute | ast.Return):
-            continue
-        if isinstance(node, ast.Call):
-            called.add(id(node.func))
-            func_node = node.func
-            if isinstance(func_node, ast.Name) and func_node.id == "setattr" and node.args:
-                if isinstance(node.args[0], ast.Name) and node.args[0].id == self_name:
-                    key = node.args[1] if len(node.args) > 1 else None
-                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                        sets.add(key.value)
-                    else:
-                        dynamic = True
-            elif isinstance(func_node, ast.Attribute):
-                owner = func_node.value
-                if (
-                    isinstance(owner, ast.Call)
-                    and isinstance(owner.func, ast.Name)
-                    and owner.func.id == "super"
-                ):
-                    supers.add(func_node.attr)
-                elif isinstance(owner, ast.Attribute) and owner.attr == "__dict__":
-                    dynamic = dynamic or dotted(owner.value) == self_name
-        elif isinstance(node, ast.Attribute):
-            value = node.value
-            if isinstance(value, ast.Name) and value.id == self_name:
-                if isinstance(node.ctx, ast.Store):
-                    sets.add(node.attr)
-                elif id(node) in branches:
-                    continue  # read on one path only: not a requirement of every call
-                elif id(node) in called:
-                    calls.add(node.attr)
-                else:
-                    reads.add(node.attr)
-        elif isinstance(node, ast.Return) and node.value is not None:
-            ref = dotted(node.value)
-            if ref:
-                returns.append(ref)
-    return {
-        "sets": sorted(sets),
-        "reads": sorted(reads - sets),
-        "calls": sorted(calls),
-        "super": sorted(supers),
-        "dynamic": dynamic,
-        "returns": returns,
-    }
-
-
-def conditional_ids(nodes: list[ast.AST]) -> set[int]:
-    """Ids of the nodes that run on some paths only: branch bodies of ``if``, loops,
-    ``try`` handlers, conditional expressions, ``and``/``or`` right operands, ``match``."""
-    found: set[int] = set()
-    for node in nodes:
-        parts: list = []
-        if isinstance(node, ast.If | ast.For | ast.AsyncFor | ast.While):
-            parts = [*node.body, *node.orelse]
-        elif isinstance(node, ast.IfExp):
-            parts = [node.body, node.orelse]
-        elif isinstance(node, ast.Try):
-            parts = [*node.handlers, *node.orelse]
-        elif isinstance(node, ast.BoolOp):
-            parts = node.values[1:]
-        elif isinstance(node, ast.Match):
-            parts = node.cases
-        elif isinstance(node, ast.comprehension):
-            parts = node.ifs
-        for part in parts:
-            if id(part) not in found:
-                found.update(id(n) for n in ast.walk(part))
-    return found
-
-
-def after_early_exit(body: list[ast.stmt]) -> set[int]:
-    """Ids of the nodes after the first ``if`` that may ``return`` or ``raise``: they run
-    on some paths only."""
-    for index, stmt in enumerate(body):
-        if isinstance(stmt, ast.If) and any(
-            isinstance(n, ast.Return | ast.Raise) for part in stmt.body for n in ast.walk(part)
-        ):
-            return {id(n) for later in body[index + 1 :] for n in ast.walk(later)}
-    return set()
 
 
 def cam_sites(scope: Scope, cam_names: set[str]) -> list[dict[str, Any]]:

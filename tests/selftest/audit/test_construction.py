@@ -114,14 +114,36 @@ def test_a_site_reaching_no_consumer_is_checked_for_required_fields_only(tmp_pat
     assert _audit(tmp_path, write_tree, site) == [("CAM001", ("num_reqs",))]
 
 
-def test_a_registry_enum_named_whole_reaches_every_member(tmp_path, write_tree):
-    registry = """\
+SHARED = """\
+    from pkg.builders import MLABuilder
+
+
+    class MLA2Builder(MLABuilder):
+        pass
+    """
+
+
+@pytest.mark.parametrize(
+    ("members", "expected"),
+    [
+        # every candidate runs MLABuilder.build: the field is needed whichever is chosen
+        (
+            'MLA = "pkg.builders.MLABuilder"\n            MLA2 = "pkg.shared.MLA2Builder"',
+            [("CAM001", ("seq_lens_cpu_upper_bound",))],
+        ),
+        # one candidate of two needs it: the run-time choice is the caller's, not a finding
+        ('MLA = "pkg.builders.MLABuilder"\n            PLAIN = "pkg.builders.PlainBuilder"', []),
+    ],
+)
+def test_a_registry_enum_named_whole_is_judged_by_what_every_member_shares(
+    tmp_path, write_tree, members, expected
+):
+    registry = f"""\
         import enum
 
 
         class BackendEnum(enum.Enum):
-            MLA = "pkg.builders.MLABuilder"
-            PLAIN = "pkg.builders.PlainBuilder"
+            {members}
         """
     site = """\
         from pkg.record import CommonAttentionMetadata
@@ -134,13 +156,20 @@ def test_a_registry_enum_named_whole_reaches_every_member(tmp_path, write_tree):
         """
     root = write_tree(
         tmp_path,
-        {"pkg/record.py": RECORD, "pkg/builders.py": BUILDER, "pkg/registry.py": registry},
+        {
+            "pkg/record.py": RECORD,
+            "pkg/builders.py": BUILDER,
+            "pkg/shared.py": SHARED,
+            "pkg/registry.py": registry,
+        },
     )
     write_tree(root, {"pkg/site.py": site})
     report = run_audit([root], options=Options(jobs=1))
-    assert [(f.code, f.names) for f in report.findings] == [
-        ("CAM001", ("seq_lens_cpu_upper_bound",))
-    ]
+    assert [(f.code, f.names) for f in report.findings] == expected
+    if expected:
+        assert (
+            "run by every one of the 2 consumers chosen at run time" in report.findings[0].message
+        )
 
 
 def test_a_call_resolving_to_another_class_is_not_a_site(tmp_path, write_tree):

@@ -86,3 +86,11 @@ def test_baseline_survives_moved_lines_but_not_a_second_copy(tmp_path, engine):
     assert _ci(root, "--baseline", "b.json") == 0
     document = json.loads((root / "b.json").read_text())
     assert {e["code"] for e in document["findings"]} >= {"STUB001", "CAM001", "CAM002"}
+    # A second copy of the same stub in the same function is a new finding.
+    text = seed.read_text()
+    start = text.index("    vllm_config.compilation_config.static_forward_context[layer_name]")
+    end = text.index("    return builder_cls(")
+    seed.write_text(text[:end] + text[start:end] + text[end:])
+    assert _ci(root, "--baseline", "b.json") == 1
+    seed.write_text(text)
+    assert _ci(root, "--baseline", "b.json") == 0

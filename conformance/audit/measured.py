@@ -1,0 +1,138 @@
+"""Measured facts in the audit (``--facts FILE``): judge by what the real builders were seen
+to read and need, instead of by the static reasoning.
+
+A tree class is mapped to the measured builders by its dotted path (``module.Class``): a
+measured builder whose class is it, or has it among its bases (a family root such as
+``MLACommonMetadataBuilder`` maps to every measured builder deriving from it). A class no
+measured builder maps to (or only builders that did not run) is judged statically.
+
+* A layer stub lacks only what a measured builder it reaches *required* (its absence made
+  the builder fail): `BuilderFacts.required` for the group's first layer,
+  `required_on_every_layer` for every layer.
+* A construction leaves out an optional field only when a measured builder it reaches
+  needed that field on a batch kind the site can build (`FieldFacts.needed_by`; a
+  decode-only site builds decodes only).
+* A transformation drops what the facts saw it drop (`TransformFacts.dropped`), reported
+  when a measured builder needs the field.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+from conformance.audit.index import Index, Target
+from conformance.engines.facts import BATCH_KINDS, BuilderFacts, EngineFacts
+
+ENGINE = "vllm"
+_VERSION_PY = re.compile(
+    r"""^__version__\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M
+)
+_PKG_INFO = re.compile(r"^Version:\s*(\S+)", re.M)
+_PYPROJECT = re.compile(r"""^version\s*=\s*['"]([^'"]+)['"]""", re.M)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(65536)
+    except OSError:
+        return ""
+
+
+def tree_version(paths: Sequence[str | os.PathLike[str]]) -> tuple[str | None, str]:
+    """(the vLLM version of the tree at the first PATH, or None; where it was read)."""
+    if not paths:
+        return None, ""
+    root = os.fspath(paths[0])
+    root = root if os.path.isdir(root) else os.path.dirname(root)
+    for name, pattern in (
+        ("vllm/_version.py", _VERSION_PY),
+        ("PKG-INFO", _PKG_INFO),
+        ("pyproject.toml", _PYPROJECT),
+    ):
+        match = pattern.search(_read(os.path.join(root, name)))
+        if match:
+            return match.group(1), name
+    return None, ""
+
+
+def short(error: str, limit: int = 90) -> str:
+    """One line of a measured error, cut to `limit` characters."""
+    line = " ".join(error.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+class Measured:
+    """The facts of one run, mapped onto one tree's classes."""
+
+    def __init__(self, facts: EngineFacts, index: Index) -> None:
+        self.facts = facts
+        self.index = index
+
+    def builders(self, target: Target, *, exact: bool = False) -> list[tuple[str, BuilderFacts]]:
+        """Measured builders (name, facts) that are `target` or (unless `exact`) derive
+        from it, and ran."""
+        dotted = f"{target.module}.{target.name}"
+        return [
+            (name, b)
+            for name, b in sorted(self.facts.builders.items())
+            if (b.cls == dotted or (not exact and dotted in b.bases)) and b.status != "not-run"
+        ]
+
+    def stub_needs(self, target: Target, first: bool, needs: dict[str, set[str]]) -> bool:
+        """Add what the measured builders of `target` required of a layer; False when none
+        maps to it (judge it statically)."""
+        found = self.builders(target)
+        for name, builder in found:
+            for path in builder.required if first else ():
+                needs.setdefault(path, set()).add(f"{name} (measured)")
+            for path in builder.required_on_every_layer:
+                needs.setdefault(path, set()).add(f"{name} (measured, on every layer)")
+        return bool(found)
+
+    def example(self, target: Target, paths: Sequence[str]) -> str:
+        """One measured error for one of `paths`, for the message."""
+        for name, builder in self.builders(target):
+            for path in paths:
+                if path in builder.required:
+                    return f"{name} without {path}: {short(builder.required[path])}"
+        return ""
+
+    def field_needs(
+        self,
+        target: Target,
+        kinds: Sequence[str],
+        table: dict[str, list[str]],
+        *,
+        exact: bool = False,
+    ) -> bool:
+        """Add the optional fields the measured builders of `target` needed on batch
+        `kinds`; False when none maps to it."""
+        found = self.builders(target, exact=exact)
+        for name, _ in found:
+            label = f"{name} (measured on {'/'.join(kinds)} batches)"
+            for field, field_facts in sorted(self.facts.fields.items()):
+                if set(field_facts.needed_by.get(name, ())) & set(kinds):
+                    table.setdefault(label, []).append(field)
+        return bool(found)
+
+    def dropped(self, method: str) -> tuple[dict[str, list[str]], list[str]] | None:
+        """The measured drop of transformation `method`: who needs each dropped field."""
+        transform = self.facts.transformations.get(method)
+        if transform is None or not transform.ran:
+            return None
+        table: dict[str, list[str]] = {}
+        for field in transform.dropped:
+            for name in self.facts.builders_needing(field):
+                table.setdefault(f"{name} (measured)", []).append(field)
+        reason = f"{self.facts.engine} {self.facts.version}'s {method}() was seen to drop " + (
+            ", ".join(transform.dropped) or "nothing"
+        )
+        return table, [reason]
+
+
+def site_kinds(decode_only: bool) -> tuple[str, ...]:
+    """The batch kinds a construction site can build."""
+    return ("decode",) if decode_only else BATCH_KINDS
