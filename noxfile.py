@@ -221,9 +221,9 @@ def vllm(session: nox.Session) -> None:
     tree with the facts just measured); other arguments go to pytest.
     """
     from conformance.ci.engine_session import run_session
-    from conformance.engines.target import TARGETS
+    from conformance.engines.target import engine_target
 
-    run_session(session, TARGETS["vllm"])
+    run_session(session, engine_target("vllm"))
 
 
 @nox.session

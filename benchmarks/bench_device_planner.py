@@ -288,11 +288,17 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         for b in ns.batch_sizes
     ]
     print(format_table(rows))
-    if ns.out is not None:
-        ns.out.mkdir(parents=True, exist_ok=True)
-        meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-        (ns.out / "device_planner.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    save_rows(ns.out, "device_planner.json", rows)
     return rows
+
+
+def save_rows(out: Path | None, file_name: str, rows: list[dict]) -> None:
+    """Write `rows`, with the device's name and torch's version, to ``out/file_name``."""
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    (out / file_name).write_text(json.dumps({**meta, "rows": rows}, indent=2))
 
 
 def _profile(ns: argparse.Namespace) -> list[dict]:
@@ -303,11 +309,7 @@ def _profile(ns: argparse.Namespace) -> list[dict]:
         for row in profile_case(b, heads=h, page=ns.page_size, max_kv=ns.max_kv_len, warps=ns.warps)
     ]
     print(format_profile(rows))
-    if ns.out is not None:
-        ns.out.mkdir(parents=True, exist_ok=True)
-        meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-        text = json.dumps({**meta, "rows": rows}, indent=2)
-        (ns.out / "device_planner_profile.json").write_text(text)
+    save_rows(ns.out, "device_planner_profile.json", rows)
     bad = [r for r in rows if r["mismatches"]]
     if bad:
         raise SystemExit(f"bench_device_planner: {len(bad)} plans differ from the reference")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.bench_device_planner import CHAIN, _graph, _mismatches, _replay_ms
+from benchmarks.bench_device_planner import CHAIN, _graph, _mismatches, _replay_ms, save_rows
 from benchmarks.decode.cases import KV_SCALE_FP8, PAGE_SIZE, Q_SCALE_FP8, SM_SCALE
 from benchmarks.table import fixed_width_table
 
@@ -151,11 +151,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         rows.append(bench_case(*case, step=not ns.no_step))
         print(json.dumps(rows[-1]), flush=True)  # progress, one row a line
     print(format_table(rows))
-    if ns.out is not None:
-        ns.out.mkdir(parents=True, exist_ok=True)
-        meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-        text = json.dumps({**meta, "rows": rows}, indent=2)
-        (ns.out / "planner_cases.json").write_text(text)
+    save_rows(ns.out, "planner_cases.json", rows)
     bad = [r["case"] for r in rows if r.get("mismatches")]
     if bad:
         raise SystemExit(f"bench_planner_cases: plans differ from the reference: {bad}")

@@ -1,13 +1,14 @@
-"""Every target the suite tests, declared once: the built-in backends, and what a device kind
-means.
+"""Every target the suite tests, declared once: the built-in backends, the engines, and what a
+device kind means.
 
 A target is a *backend* (a `Backend` class the registry loads) or an *engine* (a serving engine
-tested in its own environment; it has no `Backend` class). `BUILTIN_TARGETS` holds each
-built-in target's facts: its class, its device kind, the files whose hashes fingerprint its
-evidence, the environment its runs need, whether a plain ``nox`` and a plain sign-off include
-it (``default``) and whether a release requires it (``release``). Everything that depends on the
-device (the visible-devices variable, xdist workers, CI runner, queue and timeout, nox tags)
-keys on the device kind, through `DEVICE_KINDS`, never on a name.
+tested in its own environment; it has no `Backend` class, but a pinned release, the releases
+its driver supports and ``details``, a reference to its `conformance.engines.target.EngineDetails`).
+`BUILTIN_TARGETS` holds each built-in target's facts: its class, its device kind, the files whose
+hashes fingerprint its evidence, the environment its runs need, whether a plain ``nox`` and a
+plain sign-off include it (``default``) and whether a release requires it (``release``).
+Everything that depends on the device (the visible-devices variable, xdist workers, CI runner,
+queue and timeout, nox tags) keys on the device kind, through `DEVICE_KINDS`, never on a name.
 
 A plug-in backend declares the same facts as class attributes of its `Backend` class
 (``device_kind``, ``behaviour_files``, ``environment``); `declared` reads them.
@@ -83,6 +84,15 @@ class Target:
     """A plain ``nox`` runs it; a plain sign-off expects it."""
     release: bool = False
     """A release sign-off requires it."""
+    version: str | None = None
+    """An engine's release pinned by default."""
+    min_version: str | None = None
+    """Oldest engine release its driver supports (inclusive)."""
+    below_version: str | None = None
+    """First engine release its driver is not known to support (exclusive)."""
+    details: str | None = None
+    """``module:NAME`` of an engine's own details (distribution, runtime, tests, the builders
+    it must build): `conformance.engines.target.EngineDetails`."""
 
     def __post_init__(self) -> None:
         problems = declaration_problems(self)
@@ -94,6 +104,27 @@ class Target:
         """The `DeviceKind` it runs on."""
         return DEVICE_KINDS[self.device_kind]
 
+    def supports(self, version: str) -> str | None:
+        """None if an engine's driver supports `version`, else a one-line reason."""
+        low, high = str(self.min_version), str(self.below_version)
+        if not _version_key(low) <= _version_key(version) < _version_key(high):
+            return (
+                f"{self.name} {version} is outside the releases this suite drives "
+                f"(>= {low}, < {high})"
+            )
+        return None
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """``0.33.0`` → (0, 33, 0); a pre/post/local tail is ignored."""
+    parts = []
+    for part in version.split("+")[0].split("."):
+        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
 
 def declaration_problems(target: Target) -> list[str]:
     """What is wrong with a declaration (empty when nothing is)."""
@@ -102,6 +133,11 @@ def declaration_problems(target: Target) -> list[str]:
         problems.append(f"kind: expected {BACKEND!r} or {ENGINE!r}, found {target.kind!r}")
     if target.kind == BACKEND and not target.class_path:
         problems.append("class_path: a backend needs its 'module:Class'")
+    engine_facts = ("version", "min_version", "below_version", "details")
+    if target.kind == ENGINE:
+        problems.extend(
+            f"{name}: an engine needs it" for name in engine_facts if not getattr(target, name)
+        )
     if target.class_path is not None and ":" not in target.class_path:
         problems.append(f"class_path: expected 'module:Class', found {target.class_path!r}")
     if target.device_kind not in DEVICE_KINDS:
@@ -170,6 +206,20 @@ BUILTIN_TARGETS: dict[str, Target] = {
             device_kind="cuda",
             behaviour_files=("backends/flashinfer_backend.py",),
         ),
+        Target(
+            "vllm",
+            "vLLM's own record and MLA builders under the families (docs/engines.md).",
+            kind=ENGINE,
+            environment={
+                "VLLM_TARGET_DEVICE": "cpu",
+                "CUDA_VISIBLE_DEVICES": "",
+                "TRITON_INTERPRET": "1",
+            },
+            version="0.33.0",
+            min_version="0.33.0",
+            below_version="0.35.0",
+            details="conformance.engines.target:VLLM_DETAILS",
+        ),
     )
 }
 
@@ -181,6 +231,11 @@ def builtin_backends() -> dict[str, str]:
         for name, target in BUILTIN_TARGETS.items()
         if target.kind == BACKEND
     }
+
+
+def engine_names() -> tuple[str, ...]:
+    """The engine targets, in declaration order."""
+    return tuple(name for name, target in BUILTIN_TARGETS.items() if target.kind == ENGINE)
 
 
 def default_names() -> tuple[str, ...]:

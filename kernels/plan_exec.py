@@ -1,7 +1,10 @@
 """Executing a persistent-decode `WorkPlan` on the reference math, work by work, in fp32.
 
-This is the CPU model of a persistent MLA decode kernel (AITER v1.2 semantics, research
-note aiter_persistent_mla.md §1.3, §2.4, §3). Each scheduled work (the ids in
+This is the CPU model of a persistent MLA decode kernel (AITER v1.2 semantics, ROCm/aiter:
+the buffers of ``get_mla_metadata_v1`` in ``aiter/ops/attention.py`` and
+``csrc/kernels/mla/metadata/v1_2_device.cuh``, ``mla_decode_fwd`` in ``aiter/mla.py``, the reduce
+in ``csrc/kernels/mla/reduce.cu``; batch folding per ROCm/aiter#3310, the kv tail per
+ROCm/aiter#2106; docs/planner.md). Each scheduled work (the ids in
 ``work_indptr[c]..work_indptr[c+1]`` for every program ``c``) attends its virtual q rows
 ``[qo_start, qo_end)`` to its kv tokens:
 

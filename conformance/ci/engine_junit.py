@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from pathlib import Path
 
-from conformance.engines.target import TARGETS
+from conformance.engines.target import engine_target
 
 BUILD_TEST = "test_builder_builds[{}]"
 
@@ -42,9 +42,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m conformance.ci.engine_junit reports/junit/<engine>.xml")
         return 2
     path = Path(argv[0])
-    target = TARGETS.get(path.stem)
-    if target is None:
-        print(f"{path}: no engine target named {path.stem!r} (known: {sorted(TARGETS)})")
+    try:
+        target = engine_target(path.stem)
+    except KeyError as error:
+        print(f"{path}: {error.args[0]}")
         return 2
     found = problems(path, target.must_build)
     if found:

@@ -280,18 +280,18 @@ def write_sidecar(
     document = {
         "format": "mla-conformance-run/1",
         "backend": target.name,
-        "kind": "engine",
+        "kind": target.record.kind,
         "engine": {"name": target.name, "version": version, "builders": builders},
         "junit": junit.name,
         "junit_sha256": hashlib.sha256(junit.read_bytes()).hexdigest() if junit.exists() else None,
         "shard": None,
         "selection": "full" if not partial else "partial",
-        "device_kind": "cpu",
+        "device_kind": target.device_kind,
         "finished": True,
         "exitstatus": exitstatus,
         "facts": facts_file.as_posix(),
         "counts": junit_counts(junit),
-        **run_facts("cpu", Path.cwd()),
+        **run_facts(target.device_kind, Path.cwd()),
         "versions": dict(versions),  # the engine's environment, not the interpreter running nox
     }
     atomic_write_text(junit.with_suffix(".meta.json"), json.dumps(document, indent=2) + "\n")

@@ -1,40 +1,67 @@
-"""What an engine target is: how its environment is made and how its tests run (torch-free).
+"""An engine target's own details, and the engine target as its session reads it (torch-free).
 
-A target names the engine's PyPI distribution, the release the suite pins by default and
-the releases its driver code supports, the distributions its modules need at import time
-on a CPU (installed at the versions the engine itself pins, without its GPU stack), the
-environment its tests run under and where they live. `nox -s <name>` (driven by
-`conformance.ci.engine_session`) needs nothing else; a second engine is one more `EngineTarget`
-in `TARGETS` plus its test package and driver module (docs/engines.md).
+The engine's record (name, kind ``engine``, the release pinned by default, the releases its
+driver supports, its environment, default and release membership) is its entry in
+`conformance.targets.BUILTIN_TARGETS`; that entry names, in ``details``, the `EngineDetails`
+here: the engine's PyPI distribution, the distributions its modules need at import time on a
+CPU (installed at the versions the engine itself pins, without its GPU stack), what the
+suite's tests need beside it, where they live, the modules that must import and the builders
+it must build. `engine_target` joins the two; `nox -s <name>` (driven by
+`conformance.ci.engine_session`) needs nothing else. A second engine is one more entry in
+`BUILTIN_TARGETS`, its `EngineDetails` and its test package and driver module
+(docs/engines.md).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
+
+from conformance.targets import BUILTIN_TARGETS, ENGINE, Target, engine_names
 
 
 @dataclass(frozen=True)
-class EngineTarget:
-    """One engine the suite certifies on its own code."""
+class EngineDetails:
+    """What an engine's session installs and runs, beyond its record."""
 
-    name: str
     distribution: str
-    default_version: str
-    min_version: str
-    """Oldest release the driver supports (inclusive)."""
-    below_version: str
-    """First release the driver is not known to support (exclusive)."""
     runtime: tuple[str, ...]
     """Distributions the engine's record and builders import on a CPU; versions come from
     the engine's own requirement pins where it has one."""
     suite: tuple[str, ...]
     """What the suite's tests need beside the engine (pytest, safetensors, ...)."""
     tests: str
-    environment: Mapping[str, str] = field(default_factory=dict)
-    probe_modules: tuple[str, ...] = ()
+    probe_modules: tuple[str, ...]
     """Modules that must import for the target to run; the first failure is the reason."""
-    must_build: tuple[str, ...] = ()
+    must_build: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EngineTarget(EngineDetails):
+    """One engine the suite certifies on its own code: its details and its `record`."""
+
+    record: Target
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def default_version(self) -> str:
+        return str(self.record.version)
+
+    @property
+    def environment(self) -> Mapping[str, str]:
+        return self.record.environment
+
+    @property
+    def device_kind(self) -> str:
+        return self.record.device_kind
+
+    def supports(self, version: str) -> str | None:
+        """None if the driver supports `version`, else a one-line reason."""
+        return self.record.supports(version)
 
     @property
     def junit(self) -> str:
@@ -45,33 +72,9 @@ class EngineTarget:
         """The facts file name under reports/engines/."""
         return f"{self.name}-{version}.facts.json"
 
-    def supports(self, version: str) -> str | None:
-        """None if the driver supports `version`, else a one-line reason."""
-        if _key(version) < _key(self.min_version) or _key(version) >= _key(self.below_version):
-            return (
-                f"{self.name} {version} is outside the releases this suite drives "
-                f"(>= {self.min_version}, < {self.below_version})"
-            )
-        return None
 
-
-def _key(version: str) -> tuple[int, ...]:
-    """``0.33.0`` → (0, 33, 0); a pre/post/local tail is ignored."""
-    parts = []
-    for part in version.split("+")[0].split("."):
-        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
-VLLM = EngineTarget(
-    name="vllm",
+VLLM_DETAILS = EngineDetails(
     distribution="vllm",
-    default_version="0.33.0",
-    min_version="0.33.0",
-    below_version="0.35.0",
     runtime=(
         "packaging",
         "numpy",
@@ -102,7 +105,6 @@ VLLM = EngineTarget(
     ),
     suite=("pytest", "safetensors"),
     tests="tests/engines/vllm",
-    environment={"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"},
     probe_modules=(
         "vllm.v1.attention.backend",
         "vllm.model_executor.layers.attention.mla_attention",
@@ -112,4 +114,17 @@ VLLM = EngineTarget(
     must_build=("TRITON_MLA", "CPU_MLA", "ROCM_AITER_MLA"),
 )
 
-TARGETS: dict[str, EngineTarget] = {VLLM.name: VLLM}
+
+def engine_target(name: str) -> EngineTarget:
+    """The engine target `name` of `BUILTIN_TARGETS`, with the details its record names."""
+    record = BUILTIN_TARGETS.get(name)
+    if record is None or record.kind != ENGINE:
+        raise KeyError(f"no engine target named {name!r} (known: {list(engine_names())})")
+    module, _, attribute = str(record.details).partition(":")
+    details = getattr(importlib.import_module(module), attribute)
+    return EngineTarget(
+        **{f.name: getattr(details, f.name) for f in fields(details)}, record=record
+    )
+
+
+VLLM = engine_target("vllm")

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Protocol
 
 from conformance.applicability import Declaration
-from conformance.engines.target import TARGETS
 from conformance.signoff.model import DEFAULT_BACKENDS
 from conformance.targets import BUILTIN_TARGETS, plugin_entry_points
 
@@ -162,9 +161,9 @@ def engine_not_run(engine: str) -> str:
 
 
 def known_backends(view: BackendView, expectations_dir: Path) -> set[str]:
-    """Declared targets (`conformance.targets`), engine targets, the registry's names, and
-    every backend with an expectation file."""
-    names = set(DEFAULT_BACKENDS) | set(BUILTIN_TARGETS) | set(TARGETS) | set(view.registered())
+    """Declared targets (`conformance.targets`: backends and engines), the registry's names,
+    and every backend with an expectation file."""
+    names = set(DEFAULT_BACKENDS) | set(BUILTIN_TARGETS) | set(view.registered())
     if expectations_dir.is_dir():
         names.update(path.stem for path in expectations_dir.glob("*.txt"))
     return names

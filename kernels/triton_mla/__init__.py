@@ -8,7 +8,8 @@ of virtual batch ``batch_idx`` (``heads_per_work`` heads each) and the kv token 
 Unsplit works (``partial_qo_loc == -1``) write the final bf16 output and natural-log LSE;
 split works write the normalised fp32 partial output and LSE, which `mla_reduce` merges.
 
-Kernel design (research note perf_anchors.md §7): (q token × head) pairs are packed densely
+Kernel design (after FlashMLA's dense decode, deepseek-ai/FlashMLA ``csrc/sm90/decode/dense/``
+and ``docs/20250422-new-kernel-deep-dive.md``): (q token × head) pairs are packed densely
 into ``BLOCK_M`` rows; each KV tile is loaded once and ``kv[:, :512]`` serves both as Kᵀ for
 QK and as V for PV, ``kv[:, 512:]`` only feeds the rope dot; ``sm_scale·q_scale·kv_scale·log2 e``
 is folded into the score scale and the softmax uses exp2; the output is multiplied by

@@ -64,7 +64,9 @@ REDUCE_CONFIGS: dict[str, dict[str, int]] = {
 }
 
 
-MAX_BLOCK_M = 64  # 64 × 512 fp32 accumulator rows is the register budget (perf_anchors §7.2)
+# 64 × 512 fp32 accumulator rows is the register budget: O alone is 128 registers a thread
+# at 256 threads (FlashMLA's dense decode packs at most 64 rows the same way)
+MAX_BLOCK_M = 64
 MMA_V3_MIN_ROWS = 64  # fewer rows per program compile to mma.sync (no fp8 operands) on sm_90
 MIN_BLOCK_M = 16  # tl.dot needs M ≥ 16
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import importlib.machinery
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -24,6 +25,8 @@ from conformance.persistent.planner import plan_persistent_decode
 from conformance.persistent.sizing import metadata_buffer_sizes
 
 MODULES = ("aiter", "aiter.dtypes")
+MLA_VERSION_V32 = 0
+BUFFER_PARAMETERS = slice(6, 12)  # get_mla_metadata_v1's six buffers, work_metadata_ptrs first
 
 
 @dataclass(frozen=True)
@@ -34,15 +37,64 @@ class PlannerCall:
     plan: WorkPlan
 
 
-@dataclass
+@dataclass(eq=False)
 class AiterStandin:
-    """AITER's planner API for one fake device (``arch``, ``num_cus``)."""
+    """AITER's planner API for one fake device (``arch``, ``num_cus``).
+
+    The two calls keep AITER's signatures and argument handling (legacy ``dtype_q``/``dtype_kv``
+    aliases, None means bf16, sizing's ``== dtypes.fp8`` comparisons); what is done with the
+    arguments goes through small hooks (`check_sizing`, `check_planner_call`, `plan`,
+    `record_plan`, `write_plan`, `api`) that a stricter model of AITER overrides.
+    """
 
     arch: str
     num_cus: int
     fp8: torch.dtype
     calls: list[PlannerCall] = field(default_factory=list)
     sizing_calls: list[dict[str, Any]] = field(default_factory=list)
+    version: ClassVar[str] = "0.0.0+conformance-standin"
+
+    # -- hooks --------------------------------------------------------------------------
+
+    def sizing_cus(self) -> int:
+        """The CU count the buffer sizing reads."""
+        return self.num_cus
+
+    def check_sizing(self, arguments: dict[str, Any]) -> None:
+        """Refuse sizing arguments the stand-in does not model (here: none)."""
+
+    def check_planner_call(self, arguments: dict[str, Any], dtypes: PlannerDtypes) -> None:
+        """Refuse planner arguments the stand-in does not model (here: none)."""
+
+    def plan(
+        self, inputs: tuple[torch.Tensor, ...], max_seqlen_qo: int, planned: dict[str, Any]
+    ) -> WorkPlan:
+        """The reference plan for AITER's inputs."""
+        return plan_persistent_decode(*inputs, max_seqlen_qo=max_seqlen_qo, **planned)
+
+    def record_plan(self, arguments: dict[str, Any], plan: WorkPlan) -> None:
+        """Keep the call in `calls`."""
+        self.calls.append(PlannerCall(arguments, plan))
+
+    def write_plan(self, plan: WorkPlan, buffers: dict[str, torch.Tensor]) -> None:
+        """Write the plan at the start of AITER's buffers (they are upper bounds)."""
+        _write(buffers["work_indptr"], plan.work_indptr)
+        _write(buffers["work_info_set"], plan.work_info_set[: plan.num_works])
+        _write(buffers["reduce_indptr"], plan.reduce_indptr[: plan.num_tiles + 1])
+        _write(buffers["reduce_final_map"], plan.reduce_final_map)
+        _write(buffers["reduce_partial_map"], plan.reduce_partial_map[: plan.num_partials])
+
+    def api(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """What the ``aiter`` module exposes for one of the calls (here: the call itself)."""
+        return function
+
+    # -- aiter.get_mla_metadata_info_v1 --------------------------------------------------
+
+    def sizing_dtype(self, dtype: object) -> torch.dtype:
+        """What AITER's ``== dtypes.fp8`` / ``== dtypes.bf16`` see: else ("neither") fp16."""
+        if dtype == self.fp8 or dtype == torch.bfloat16:
+            return dtype  # type: ignore[return-value]
+        return torch.float16
 
     def get_mla_metadata_info_v1(
         self,
@@ -58,20 +110,24 @@ class AiterStandin:
         max_split_per_batch: int = -1,
     ) -> tuple[tuple[Any, torch.dtype], ...]:
         """Six ``(shape, dtype)`` pairs, 1-D shapes as bare ints, as AITER returns them."""
-        self.sizing_calls.append(dict(locals(), self=None))
+        arguments = {k: v for k, v in locals().items() if k != "self"}
+        self.sizing_calls.append(arguments)
+        self.check_sizing(arguments)
         sizes = metadata_buffer_sizes(
             batch_size,
             max_seqlen_qo,
             num_head_qo,
-            q_dtype if q_dtype in (self.fp8, torch.bfloat16) else torch.float16,
-            kv_dtype if kv_dtype in (self.fp8, torch.bfloat16) else torch.float16,
+            self.sizing_dtype(q_dtype),
+            self.sizing_dtype(kv_dtype),
             arch=self.arch,
-            num_cus=self.num_cus,
+            num_cus=self.sizing_cus(),
             is_sparse=is_sparse,
             fast_mode=fast_mode,
             max_split_per_batch=max_split_per_batch,
         )
         return tuple((shape[0] if len(shape) == 1 else shape, dtype) for shape, dtype in sizes)
+
+    # -- aiter.get_mla_metadata_v1 -------------------------------------------------------
 
     def get_mla_metadata_v1(
         self,
@@ -96,7 +152,7 @@ class AiterStandin:
         max_split_per_batch: int = -1,
         intra_batch_mode: bool = False,
         is_cp_round_robin: bool = False,
-        mla_version: int = 0,
+        mla_version: int = MLA_VERSION_V32,
         dtype_q_nope: torch.dtype | None = None,
         dtype_q_rope: torch.dtype | None = None,
         dtype_kv_nope: torch.dtype | None = None,
@@ -106,36 +162,31 @@ class AiterStandin:
     ) -> None:
         """Plan with the reference planner (None dtypes mean bf16, as in AITER); write back."""
         arguments = {k: v for k, v in locals().items() if k != "self"}
-        q_dtype = dtype_q_nope or dtype_q or torch.bfloat16
-        kv_dtype = dtype_kv_nope or dtype_kv or torch.bfloat16
-        plan = plan_persistent_decode(
-            seqlens_qo_indptr,
-            seqlens_kv_indptr,
-            kv_last_page_lens,
-            num_heads_q=num_heads_per_head_k * num_heads_k,
-            max_seqlen_qo=max_seqlen_qo,
-            uni_seqlen_qo=uni_seqlen_qo,
-            page_size=page_size,
-            kv_granularity=kv_granularity,
-            causal=is_causal,
-            max_split_per_batch=max_split_per_batch,
-            q_dtype=q_dtype,
-            kv_dtype=kv_dtype,
-            arch=self.arch,
-            num_cus=self.num_cus,
-        )
-        self.calls.append(PlannerCall(arguments, plan))
-        _write(work_indptr, plan.work_indptr)
-        _write(work_info_set, plan.work_info_set[: plan.num_works])
-        _write(reduce_indptr, plan.reduce_indptr[: plan.num_tiles + 1])
-        _write(reduce_final_map, plan.reduce_final_map)
-        _write(reduce_partial_map, plan.reduce_partial_map[: plan.num_partials])
+        dtypes = planner_dtypes(arguments)
+        self.check_planner_call(arguments, dtypes)
+        planned: dict[str, Any] = {
+            "num_heads_q": num_heads_per_head_k * num_heads_k,
+            "uni_seqlen_qo": uni_seqlen_qo,
+            "page_size": page_size,
+            "kv_granularity": kv_granularity,
+            "causal": is_causal,
+            "max_split_per_batch": max_split_per_batch,
+            "q_dtype": dtypes.q_nope or torch.bfloat16,
+            "kv_dtype": dtypes.kv_nope or torch.bfloat16,
+            "arch": self.arch,
+            "num_cus": self.num_cus,
+        }
+        inputs = (seqlens_qo_indptr, seqlens_kv_indptr, kv_last_page_lens)
+        plan = self.plan(inputs, max_seqlen_qo, planned)
+        self.record_plan(arguments, plan)
+        self.write_plan(plan, dict(list(arguments.items())[BUFFER_PARAMETERS]))
 
-    def modules(self) -> dict[str, types.ModuleType]:
+    # -- the modules ---------------------------------------------------------------------
+
+    def build_modules(self) -> dict[str, types.ModuleType]:
         """The ``aiter`` and ``aiter.dtypes`` modules backed by this stand-in."""
-        dtypes = types.ModuleType("aiter.dtypes", "stand-in of aiter.dtypes (not AMD AITER)")
-        dtypes.__dict__.update(
-            __standin__=True,
+        dtypes = standin_module(
+            "aiter.dtypes",
             fp8=self.fp8,
             bf16=torch.bfloat16,
             fp16=torch.float16,
@@ -143,17 +194,41 @@ class AiterStandin:
             i32=torch.int32,
             u64=torch.uint64,
         )
-        aiter = types.ModuleType("aiter", "stand-in of aiter's MLA planner (not AMD AITER)")
-        aiter.__dict__.update(
-            __standin__=True,
-            __version__="0.0.0+conformance-standin",
+        aiter = standin_module(
+            "aiter",
+            __version__=self.version,
             dtypes=dtypes,
-            get_mla_metadata_info_v1=self.get_mla_metadata_info_v1,
-            get_mla_metadata_v1=self.get_mla_metadata_v1,
+            get_mla_metadata_info_v1=self.api(self.get_mla_metadata_info_v1),
+            get_mla_metadata_v1=self.api(self.get_mla_metadata_v1),
         )
-        for module in (aiter, dtypes):  # importlib.util.find_spec answers for a stand-in too
-            module.__spec__ = importlib.machinery.ModuleSpec(module.__name__, None)
         return {"aiter": aiter, "aiter.dtypes": dtypes}
+
+
+@dataclass(frozen=True)
+class PlannerDtypes:
+    """The four dtypes of a planner call after AITER's legacy aliases (None: not given)."""
+
+    q_nope: torch.dtype | None
+    q_rope: torch.dtype | None
+    kv_nope: torch.dtype | None
+    kv_rope: torch.dtype | None
+
+
+def planner_dtypes(arguments: dict[str, Any]) -> PlannerDtypes:
+    """``dtype_q``/``dtype_kv`` fill only the nope and rope dtypes that were not given."""
+    q, kv = arguments["dtype_q"], arguments["dtype_kv"]
+    return PlannerDtypes(
+        *(arguments[f"dtype_q_{part}"] or q for part in ("nope", "rope")),
+        *(arguments[f"dtype_kv_{part}"] or kv for part in ("nope", "rope")),
+    )
+
+
+def standin_module(name: str, **attributes: Any) -> types.ModuleType:
+    """A module `name` marked ``__standin__``, with a spec (``find_spec`` answers for it)."""
+    module = types.ModuleType(name, f"stand-in of {name} (not AMD AITER)")
+    module.__dict__.update(__standin__=True, **attributes)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    return module
 
 
 def _write(buffer: torch.Tensor, values: torch.Tensor) -> None:
@@ -168,7 +243,7 @@ def _write(buffer: torch.Tensor, values: torch.Tensor) -> None:
 def install_standin(standin: AiterStandin) -> dict[str, types.ModuleType | None]:
     """Put the stand-in's modules into ``sys.modules``; returns what they replaced."""
     previous = {name: sys.modules.get(name) for name in MODULES}
-    sys.modules.update(standin.modules())
+    sys.modules.update(standin.build_modules())
     return previous
 
 

@@ -3,7 +3,9 @@
 `AiterStandin` builds in-process modules ``aiter``, ``aiter.dtypes``, ``aiter.mla`` and
 ``aiter.jit.utils.chip_info`` with AITER's exact signatures (positional order, defaults) for
 the three calls the adapter makes, and `AiterStandin.install` puts them into ``sys.modules``
-through a pytest ``monkeypatch``. Behind the signatures:
+through a pytest ``monkeypatch``. The planner half is the suite's own stand-in
+(`conformance.engines.vllm.aiter_standin`), made stricter through its hooks. Behind the
+signatures:
 
 - ``get_mla_metadata_info_v1`` is the suite's `metadata_buffer_sizes`, with AITER's dtype
   comparisons (``q_dtype == dtypes.fp8``, ``== dtypes.bf16``: any other dtype, None
@@ -42,17 +44,17 @@ from typing import Any
 import pytest
 import torch
 
+from conformance.engines.vllm.aiter_standin import MLA_VERSION_V32, PlannerDtypes, standin_module
+from conformance.engines.vllm.aiter_standin import AiterStandin as PlannerStandin
 from conformance.numerics.fp8 import fp8_dtype_for_arch
 from conformance.persistent.plan import WorkPlan
-from conformance.persistent.planner import _plan, plan_persistent_decode
-from conformance.persistent.sizing import metadata_buffer_sizes
+from conformance.persistent.planner import _plan
 
 # The decode half (fake_aiter_decode.py is a helper, not a test module).
 _DECODE = runpy.run_path(str(Path(__file__).with_name("fake_aiter_decode.py")))
 DecodeStandin, StandinLimitation = _DECODE["DecodeStandin"], _DECODE["StandinLimitation"]
 GATE_ENV, GATE_DEFAULT = _DECODE["GATE_ENV"], _DECODE["GATE_DEFAULT"]
 STANDIN_VERSION = "0.0.0+selftest-standin"
-MLA_VERSION_V32 = 0
 
 
 @dataclass(frozen=True)
@@ -64,9 +66,16 @@ class StandinCall:
     kwargs: dict[str, Any]
 
 
-class AiterStandin(DecodeStandin):
+class AiterStandin(DecodeStandin, PlannerStandin):
     """AITER for one fake device: ``arch``, ``num_cus`` (hipDeviceProp) and ``cu_num``
-    (``get_cu_num()``, AITER's ``CU_NUM`` or rocminfo; defaults to ``num_cus``)."""
+    (``get_cu_num()``, AITER's ``CU_NUM`` or rocminfo; defaults to ``num_cus``).
+
+    The planner calls are the product stand-in's (`PlannerStandin`), made stricter through its
+    hooks: inputs it does not model raise, writes go through raw memory, every call is logged.
+    """
+
+    version = STANDIN_VERSION
+    calls: list[StandinCall]  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -76,19 +85,16 @@ class AiterStandin(DecodeStandin):
         cu_num: int | None = None,
         fp8: torch.dtype | None = None,
     ) -> None:
-        self.arch = arch
-        self.num_cus = num_cus
+        super().__init__(arch, num_cus, fp8_dtype_for_arch(arch) if fp8 is None else fp8)
         self.cu_num = num_cus if cu_num is None else cu_num
-        self.fp8 = fp8_dtype_for_arch(arch) if fp8 is None else fp8
-        self.calls: list[StandinCall] = []
         self.decode_paths: list[str] = []
         self.out_of_bounds: list[str] = []
         self._gate: int | None = None
-        self.modules = self._build_modules()
+        self.modules = self.build_modules()
 
     # -- installation -----------------------------------------------------------------
 
-    def _recorded(self, function: Callable[..., Any]) -> Callable[..., Any]:
+    def api(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """`function` (a bound method with AITER's signature) that logs its raw call."""
 
         @functools.wraps(function)
@@ -98,43 +104,21 @@ class AiterStandin(DecodeStandin):
 
         return entry
 
-    def _build_modules(self) -> dict[str, types.ModuleType]:
-        def module(name: str, **attributes: Any) -> types.ModuleType:
-            made = types.ModuleType(name, f"selftest stand-in of {name} (not AMD AITER)")
-            made.__dict__.update(__standin__=True, **attributes)
-            return made
-
-        dtypes = module(
-            "aiter.dtypes",
-            fp8=self.fp8,
-            bf16=torch.bfloat16,
-            fp16=torch.float16,
-            fp32=torch.float32,
-            i32=torch.int32,
-            u64=torch.uint64,
-        )
-        chip_info = module(
+    def build_modules(self) -> dict[str, types.ModuleType]:
+        made = super().build_modules()
+        chip_info = standin_module(
             "aiter.jit.utils.chip_info", get_gfx=lambda: self.arch, get_cu_num=lambda: self.cu_num
         )
-        utils = module("aiter.jit.utils", chip_info=chip_info)
-        jit = module("aiter.jit", utils=utils)
-        mla = module(
+        utils = standin_module("aiter.jit.utils", chip_info=chip_info)
+        jit = standin_module("aiter.jit", utils=utils)
+        mla = standin_module(
             "aiter.mla",
-            mla_decode_fwd=self._recorded(self.mla_decode_fwd),
+            mla_decode_fwd=self.api(self.mla_decode_fwd),
             _persistent_mla_decode_max_batch=self._persistent_mla_decode_max_batch,
         )
-        aiter = module(
-            "aiter",
-            __version__=STANDIN_VERSION,
-            get_mla_metadata_info_v1=self._recorded(self.get_mla_metadata_info_v1),
-            get_mla_metadata_v1=self._recorded(self.get_mla_metadata_v1),
-            dtypes=dtypes,
-            mla=mla,
-            jit=jit,
-        )
+        made["aiter"].__dict__.update(mla=mla, jit=jit)
         return {
-            "aiter": aiter,
-            "aiter.dtypes": dtypes,
+            **made,
             "aiter.mla": mla,
             "aiter.jit": jit,
             "aiter.jit.utils": utils,
@@ -150,130 +134,42 @@ class AiterStandin(DecodeStandin):
         """The logged calls of one function, oldest first."""
         return [call for call in self.calls if call.name == name]
 
-    # -- dtypes as AITER sees them ----------------------------------------------------
+    # -- the planner's hooks ----------------------------------------------------------
 
-    def _sizing_dtype(self, dtype: object) -> torch.dtype:
-        """What ``get_mla_metadata_info_v1``'s ``== dtypes.fp8`` / ``== dtypes.bf16`` see."""
-        if dtype == self.fp8 or dtype == torch.bfloat16:
-            return dtype  # type: ignore[return-value]
-        return torch.float16  # "neither": what AITER's sizing makes of None or another dtype
+    def sizing_cus(self) -> int:
+        return self.cu_num  # ``get_cu_num()``, not the device's
 
-    def _dtype_id(self, dtype: object) -> object:
-        """AITER's ``_aiter_dtype_id``: None stays None, unknown dtypes raise."""
-        known = (self.fp8, torch.bfloat16, torch.float16, torch.float32)
-        if dtype is not None and dtype not in known:
-            raise AssertionError(f"Unsupported dtype: {dtype}")
-        return dtype
-
-    # -- aiter.get_mla_metadata_info_v1 ------------------------------------------------
-
-    def get_mla_metadata_info_v1(
-        self,
-        batch_size: int,
-        max_seqlen_qo: int,
-        num_head_qo: int,
-        q_dtype: torch.dtype,
-        kv_dtype: torch.dtype,
-        is_sparse: bool,
-        fast_mode: bool = True,
-        num_kv_splits: int = 32,
-        intra_batch_mode: bool = False,
-        max_split_per_batch: int = -1,
-    ) -> tuple[tuple[Any, torch.dtype], ...]:
-        """Buffer sizes: six ``(shape, dtype)`` pairs, 1-D shapes as bare ints (as AITER)."""
-        assert num_head_qo % 8 == 0
-        if intra_batch_mode or not fast_mode:
+    def check_sizing(self, arguments: dict[str, Any]) -> None:
+        assert arguments["num_head_qo"] % 8 == 0
+        if arguments["intra_batch_mode"] or not arguments["fast_mode"]:
             raise StandinLimitation("only fast_mode=True, intra_batch_mode=False is modelled")
-        sizes = metadata_buffer_sizes(
-            batch_size,
-            max_seqlen_qo,
-            num_head_qo,
-            self._sizing_dtype(q_dtype),
-            self._sizing_dtype(kv_dtype),
-            arch=self.arch,
-            num_cus=self.cu_num,
-            is_sparse=is_sparse,
-            fast_mode=fast_mode,
-            max_split_per_batch=max_split_per_batch,
-        )
-        return tuple((shape[0] if len(shape) == 1 else shape, dtype) for shape, dtype in sizes)
 
-    # -- aiter.get_mla_metadata_v1 -----------------------------------------------------
-
-    def get_mla_metadata_v1(
-        self,
-        seqlens_qo_indptr: torch.Tensor,
-        seqlens_kv_indptr: torch.Tensor,
-        kv_last_page_lens: torch.Tensor,
-        num_heads_per_head_k: int,
-        num_heads_k: int,
-        is_causal: bool,
-        work_metadata_ptrs: torch.Tensor,
-        work_info_set: torch.Tensor,
-        work_indptr: torch.Tensor,
-        reduce_indptr: torch.Tensor,
-        reduce_final_map: torch.Tensor,
-        reduce_partial_map: torch.Tensor,
-        page_size: int = 1,
-        kv_granularity: int = 16,
-        max_seqlen_qo: int = -1,
-        uni_seqlen_qo: int = -1,
-        fast_mode: bool = True,
-        topk: int = -1,
-        max_split_per_batch: int = -1,
-        intra_batch_mode: bool = False,
-        is_cp_round_robin: bool = False,
-        mla_version: int = MLA_VERSION_V32,
-        dtype_q_nope: torch.dtype | None = None,
-        dtype_q_rope: torch.dtype | None = None,
-        dtype_kv_nope: torch.dtype | None = None,
-        dtype_kv_rope: torch.dtype | None = None,
-        dtype_q: torch.dtype | None = None,
-        dtype_kv: torch.dtype | None = None,
-    ) -> None:
-        """Plan with the reference planner and write the six buffers in place."""
-        if dtype_q is not None:  # legacy aliases fill only what was not given
-            dtype_q_nope = dtype_q if dtype_q_nope is None else dtype_q_nope
-            dtype_q_rope = dtype_q if dtype_q_rope is None else dtype_q_rope
-        if dtype_kv is not None:
-            dtype_kv_nope = dtype_kv if dtype_kv_nope is None else dtype_kv_nope
-            dtype_kv_rope = dtype_kv if dtype_kv_rope is None else dtype_kv_rope
-        for dtype in (dtype_q_nope, dtype_q_rope, dtype_kv_nope, dtype_kv_rope):
-            self._dtype_id(dtype)
-        q_dtype = torch.bfloat16 if dtype_q_nope is None else dtype_q_nope  # None means bf16
-        kv_dtype = torch.bfloat16 if dtype_kv_nope is None else dtype_kv_nope
-        if num_heads_k != 1:
-            raise StandinLimitation(f"num_heads_k={num_heads_k}: MLA has one kv head")
-        if topk >= 0 or intra_batch_mode or not fast_mode or is_cp_round_robin:
+    def check_planner_call(self, arguments: dict[str, Any], dtypes: PlannerDtypes) -> None:
+        known = (self.fp8, torch.bfloat16, torch.float16, torch.float32)
+        for dtype in (dtypes.q_nope, dtypes.q_rope, dtypes.kv_nope, dtypes.kv_rope):
+            if dtype is not None and dtype not in known:  # AITER's ``_aiter_dtype_id``
+                raise AssertionError(f"Unsupported dtype: {dtype}")
+        if arguments["num_heads_k"] != 1:
+            raise StandinLimitation(f"num_heads_k={arguments['num_heads_k']}: MLA has one kv head")
+        unmodelled = ("intra_batch_mode", "is_cp_round_robin")
+        if (
+            arguments["topk"] >= 0
+            or not arguments["fast_mode"]
+            or any(arguments[name] for name in unmodelled)
+        ):
             raise StandinLimitation("only the dense fast-mode (v1.2) planner is modelled")
-        if mla_version != MLA_VERSION_V32:
-            raise StandinLimitation(f"mla_version={mla_version}: only V32 is modelled")
-        planned: dict[str, Any] = {
-            "num_heads_q": num_heads_per_head_k * num_heads_k,
-            "uni_seqlen_qo": uni_seqlen_qo,
-            "page_size": page_size,
-            "kv_granularity": kv_granularity,
-            "causal": is_causal,
-            "max_split_per_batch": max_split_per_batch,
-            "q_dtype": q_dtype,
-            "kv_dtype": kv_dtype,
-            "arch": self.arch,
-            "num_cus": self.num_cus,
-        }
-        inputs = (seqlens_qo_indptr, seqlens_kv_indptr, kv_last_page_lens)
+        if arguments["mla_version"] != MLA_VERSION_V32:
+            raise StandinLimitation(f"mla_version={arguments['mla_version']}: only V32 is modelled")
+
+    def plan(
+        self, inputs: tuple[torch.Tensor, ...], max_seqlen_qo: int, planned: dict[str, Any]
+    ) -> WorkPlan:
         if max_seqlen_qo >= 1:
-            plan = plan_persistent_decode(*inputs, max_seqlen_qo=max_seqlen_qo, **planned)
-        else:
-            plan = self._plan_without_max_seqlen(inputs, planned)
-        buffers = {
-            "work_metadata_ptrs": work_metadata_ptrs,
-            "work_info_set": work_info_set,
-            "work_indptr": work_indptr,
-            "reduce_indptr": reduce_indptr,
-            "reduce_final_map": reduce_final_map,
-            "reduce_partial_map": reduce_partial_map,
-        }
-        self._write_plan(plan, buffers)
+            return super().plan(inputs, max_seqlen_qo, planned)
+        return self._plan_without_max_seqlen(inputs, planned)
+
+    def record_plan(self, arguments: dict[str, Any], plan: WorkPlan) -> None:
+        """Nothing beyond the raw call `api` logged."""
 
     def _plan_without_max_seqlen(
         self, inputs: tuple[torch.Tensor, ...], planned: dict[str, Any]
@@ -300,7 +196,7 @@ class AiterStandin(DecodeStandin):
             data = data[:room]
         flat[offset : offset + data.numel()] = data
 
-    def _write_plan(self, plan: WorkPlan, buffers: dict[str, torch.Tensor]) -> None:
+    def write_plan(self, plan: WorkPlan, buffers: dict[str, torch.Tensor]) -> None:
         """The planner's writes, into whatever tensors sit in the buffer positions."""
         pointers = [buffers["work_indptr"].data_ptr(), buffers["work_info_set"].data_ptr()]
         self._store(

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from conformance.metadata.record import REQUIRED_FIELDS, CommonAttentionMetadata
+
 DIMS = {
     "q_lora_rank": 1536,
     "kv_lora_rank": 512,
@@ -25,36 +27,43 @@ DIMS = {
 }
 
 
-@dataclass
-class FakeAttentionMetadata:
-    query_start_loc: torch.Tensor
-    query_start_loc_cpu: torch.Tensor
-    seq_lens: torch.Tensor
-    num_reqs: int
-    num_actual_tokens: int
-    max_query_len: int
-    max_seq_len: int
-    block_table_tensor: torch.Tensor
-    slot_mapping: torch.Tensor
-    causal: bool = True
-    positions: torch.Tensor | None = None
-    is_prefilling: torch.Tensor | None = None
-    seq_lens_cpu_upper_bound: torch.Tensor | None = None
-    broken_unpadded: bool = field(default=False, repr=False)
+OPTIONAL_FIELDS = ("causal", "positions", "is_prefilling", "seq_lens_cpu_upper_bound")
+_RECORD_FIELDS = {f.name: f for f in dataclasses.fields(CommonAttentionMetadata)}
 
-    def unpadded(self, num_actual_tokens: int, num_actual_reqs: int) -> FakeAttentionMetadata:
-        bound = self.seq_lens_cpu_upper_bound
-        return dataclasses.replace(
-            self,
-            query_start_loc=self.query_start_loc[: num_actual_reqs + 1],
-            query_start_loc_cpu=self.query_start_loc_cpu[: num_actual_reqs + 1],
-            seq_lens=self.seq_lens[:num_actual_reqs],
-            num_reqs=num_actual_reqs,
-            num_actual_tokens=num_actual_tokens,
-            block_table_tensor=self.block_table_tensor[:num_actual_reqs],
-            slot_mapping=self.slot_mapping[:num_actual_tokens],
-            seq_lens_cpu_upper_bound=None if self.broken_unpadded else bound,
-        )
+
+def _record_field(name: str) -> tuple[str, Any] | tuple[str, Any, Any]:
+    """The suite record's field `name`, with its type and default."""
+    made = _RECORD_FIELDS[name]
+    if made.default is dataclasses.MISSING:
+        return name, made.type
+    return name, made.type, field(default=made.default)
+
+
+def _unpadded(self: Any, num_actual_tokens: int, num_actual_reqs: int) -> Any:
+    """vLLM's ``unpadded``; with ``broken_unpadded`` it drops the upper bound."""
+    bound = self.seq_lens_cpu_upper_bound
+    return dataclasses.replace(
+        self,
+        query_start_loc=self.query_start_loc[: num_actual_reqs + 1],
+        query_start_loc_cpu=self.query_start_loc_cpu[: num_actual_reqs + 1],
+        seq_lens=self.seq_lens[:num_actual_reqs],
+        num_reqs=num_actual_reqs,
+        num_actual_tokens=num_actual_tokens,
+        block_table_tensor=self.block_table_tensor[:num_actual_reqs],
+        slot_mapping=self.slot_mapping[:num_actual_tokens],
+        seq_lens_cpu_upper_bound=None if self.broken_unpadded else bound,
+    )
+
+
+# vLLM's record: the suite's required fields and a few optional ones, same types and defaults.
+FakeAttentionMetadata = dataclasses.make_dataclass(
+    "FakeAttentionMetadata",
+    [
+        *(_record_field(name) for name in (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)),
+        ("broken_unpadded", bool, field(default=False, repr=False)),
+    ],
+    namespace={"unpadded": _unpadded},
+)
 
 
 @dataclass

@@ -89,3 +89,14 @@ def test_junit_check_fails_on_any_failed_test(tmp_path: Path) -> None:
 def test_junit_check_refuses_an_unreadable_file(tmp_path: Path) -> None:
     (tmp_path / "vllm.xml").write_text("<not xml")
     assert "not a readable JUnit file" in engine_junit.problems(tmp_path / "vllm.xml", ())[0]
+
+
+def test_the_engine_record_is_the_declarations_entry(tmp_path: Path) -> None:
+    from conformance.signoff.machine import StaticView, known_backends
+    from conformance.targets import BUILTIN_TARGETS, engine_names
+
+    assert VLLM.record is BUILTIN_TARGETS["vllm"] and engine_names() == ("vllm",)
+    assert (VLLM.record.kind, VLLM.record.default, VLLM.record.release) == ("engine", False, False)
+    assert "vllm" in known_backends(StaticView(names=("cpu",)), tmp_path)
+    (tmp_path / "nothing.xml").write_text("<testsuites/>")
+    assert engine_junit.main([str(tmp_path / "nothing.xml")]) == 2

@@ -26,22 +26,12 @@ from backends.base import DecodeScales
 from conformance.goldens import GoldenCase, GoldenStore
 from conformance.harness.plugins_env import PLUGINS_ENV, install_plugins
 
+from plugin_install import EXAMPLE, REPO, pip_target
+
 pytestmark = pytest.mark.selftest
 
-REPO = Path(__file__).resolve().parents[3]
-EXAMPLE = REPO / "examples" / "dense_mla_plugin"
 NUMERICS = REPO / "tests" / "conformance" / "test_numerics.py"
 NAME = "dense_torch"
-PIP = (
-    sys.executable,
-    "-m",
-    "pip",
-    "install",
-    "-q",
-    "--no-deps",
-    "--no-index",
-    "--no-build-isolation",
-)
 PYTEST = (sys.executable, "-m", "pytest", "tests/conformance", "-q", "-p", "no:cacheprovider")
 SIGNOFF = (sys.executable, "-m", "conformance", "signoff")
 
@@ -51,24 +41,13 @@ def _cases() -> list[GoldenCase]:
     return [GoldenCase.from_json(entry.case) for entry in entries]
 
 
-def _pip_target(target: Path):
-    def install(*requirements: str) -> None:
-        subprocess.run(
-            [*PIP, "--target", str(target), *requirements],
-            check=True,
-            cwd=REPO,
-        )
-
-    return install
-
-
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example installed (with its entry point) into a fresh directory."""
     target = tmp_path_factory.mktemp("plugin-env")
     source = tmp_path_factory.mktemp("plugin-src") / EXAMPLE.name  # builds leave files behind
     shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    done = install_plugins(_pip_target(target), {PLUGINS_ENV: str(source)})
+    done = install_plugins(pip_target(target), {PLUGINS_ENV: str(source)})
     assert done == [str(source)]
     return target
 

@@ -16,8 +16,6 @@ import importlib
 import itertools
 import os
 import random
-import runpy
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,9 +35,7 @@ from conformance.persistent import plan_persistent_decode  # noqa: E402
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan  # noqa: E402
 from kernels import device_plan  # noqa: E402
 
-# The persistent selftests' planner calls (plancall.py is a helper, not a test module).
-_PLANCALL = Path(__file__).parents[1] / "persistent" / "plancall.py"
-_PLAN_ARGS = runpy.run_path(str(_PLANCALL))["plan_args"]
+from plancall import decode_scalars, plan_args  # noqa: E402
 
 if not ON_GPU and type(tp.plan_kernel).__name__ != "InterpretedFunction":
     ps = importlib.reload(ps)  # imported earlier without the interpreter: decorate again
@@ -151,17 +147,7 @@ def uniform_call(batch: int, tokens: int, heads: int, num_cus: int) -> dict[str,
         "qo_indptr": torch.arange(batch + 1, dtype=torch.int32),
         "kv_indptr": torch.arange(batch + 1, dtype=torch.int32) * pages,
         "kv_last_page_lens": torch.full((batch,), tokens - (pages - 1) * 64, dtype=torch.int32),
-        "num_heads_q": heads,
-        "max_seqlen_qo": 1,
-        "uni_seqlen_qo": 1,
-        "page_size": 64,
-        "kv_granularity": 1,
-        "causal": True,
-        "max_split_per_batch": -1,
-        "q_dtype": torch.bfloat16,
-        "kv_dtype": torch.bfloat16,
-        "arch": "triton",
-        "num_cus": num_cus,
+        **decode_scalars(num_heads_q=heads, page_size=64, num_cus=num_cus),
     }
 
 
@@ -204,7 +190,7 @@ def test_golden_plans_are_reproduced(case_id: str, fused: bool) -> None:
 
 def base_call(**changes: Any) -> dict[str, Any]:
     """A valid call on 3 CUs (two requests of 2 q tokens, 40 and 50 pages) with changes."""
-    return _PLAN_ARGS([2, 2], [40, 50], **{"num_cus": 3, **changes})
+    return plan_args([2, 2], [40, 50], **{"num_cus": 3, **changes})
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,8 @@ from conformance.persistent.plan import PLAN_BUFFERS  # noqa: E402
 from kernels import device_plan  # noqa: E402
 from kernels.triton_mla import persistent_mla_decode  # noqa: E402
 
+from plancall import decode_scalars  # noqa: E402
+
 DEVICE = torch.device("cuda")
 BATCH, HEADS, PAGE, MAX_PAGES = 24, 16, 16, 64
 NUM_CUS = torch.cuda.get_device_properties(0).multi_processor_count
@@ -49,19 +51,7 @@ def batch_inputs(seed: int) -> dict[str, torch.Tensor]:
 
 
 def planner_call() -> dict[str, object]:
-    return {
-        "num_heads_q": HEADS,
-        "max_seqlen_qo": 1,
-        "uni_seqlen_qo": 1,
-        "page_size": PAGE,
-        "kv_granularity": 1,
-        "causal": True,
-        "max_split_per_batch": -1,
-        "q_dtype": torch.bfloat16,
-        "kv_dtype": torch.bfloat16,
-        "arch": "triton",
-        "num_cus": NUM_CUS,
-    }
+    return decode_scalars(num_heads_q=HEADS, page_size=PAGE, num_cus=NUM_CUS)
 
 
 def eager_reference(q, cache, inputs) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,8 +10,6 @@ runs with queries of 1, 2 and 4 tokens.
 
 from __future__ import annotations
 
-import runpy
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,16 +23,16 @@ from conformance.persistent import (
 )
 from conformance.persistent.plan import WorkInfo
 
+from plancall import plan_args
+
 pytestmark = pytest.mark.selftest
 
-# The planner calls shared by this folder's tests (plancall.py is a helper, not a test module).
-_CALL = runpy.run_path(str(Path(__file__).with_name("plancall.py")))
 QUERY_TOKENS = (1, 2, 4)
 LOC = WorkInfo._fields.index("partial_qo_loc")
 
 
 def _args(tokens: int) -> dict[str, Any]:
-    return _CALL["plan_args"]([tokens, tokens], [1000, 50])
+    return plan_args([tokens, tokens], [1000, 50])
 
 
 ARGS = _args(1)

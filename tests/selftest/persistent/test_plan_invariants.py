@@ -7,8 +7,6 @@ would and asserts `check_plan` names the right invariant, the work or tile and t
 from __future__ import annotations
 
 import random
-import runpy
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,11 +23,11 @@ from conformance.persistent import (
 )
 from conformance.persistent.planner import _plan
 
+from plancall import i32, plan_args
+
 pytestmark = pytest.mark.selftest
 
-# The planner calls shared by this folder's tests (plancall.py is a helper, not a test module).
-_CALL = runpy.run_path(str(Path(__file__).with_name("plancall.py")))
-i32, case = _CALL["i32"], _CALL["plan_args"]  # every case here has uniform q lengths
+case = plan_args  # every case here has uniform q lengths
 FP8 = torch.float8_e4m3fnuz
 
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import itertools
 import random
-import runpy
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,13 +19,9 @@ from conformance.persistent import UNWRITTEN, plan_persistent_decode
 from conformance.persistent.checks import PLANNER_KEYWORDS
 from conformance.persistent.planner import _plan
 
-pytestmark = pytest.mark.selftest
+from plancall import BF16, FP8_FN, FP8_FNUZ, invariants_of, plan_args, works_of
 
-# The planner calls shared by this folder's tests (plancall.py is a helper, not a test module).
-_CALL = runpy.run_path(str(Path(__file__).with_name("plancall.py")))
-BF16, FP8_FN, FP8_FNUZ, invariants_of, plan_args, works_of = (
-    _CALL[name] for name in "BF16 FP8_FN FP8_FNUZ invariants_of plan_args works_of".split()
-)
+pytestmark = pytest.mark.selftest
 
 
 # ---------------------------------------------------------------------------------------

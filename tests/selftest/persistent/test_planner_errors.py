@@ -3,8 +3,6 @@ the argument's name."""
 
 from __future__ import annotations
 
-import runpy
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,11 +11,9 @@ import torch
 from conformance.errors import PlanError
 from conformance.persistent import plan_persistent_decode
 
-pytestmark = pytest.mark.selftest
+from plancall import BF16, FP8_FN, i32, plan_args
 
-# The planner calls shared by this folder's tests (plancall.py is a helper, not a test module).
-_CALL = runpy.run_path(str(Path(__file__).with_name("plancall.py")))
-BF16, FP8_FN, i32, plan_args = (_CALL[name] for name in "BF16 FP8_FN i32 plan_args".split())
+pytestmark = pytest.mark.selftest
 
 
 # ---------------------------------------------------------------------------------------

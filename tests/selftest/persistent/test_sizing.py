@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import runpy
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,13 +16,9 @@ from conformance.persistent.sizing import (
     metadata_buffer_sizes,
 )
 
-pytestmark = pytest.mark.selftest
+from plancall import BF16, FP8_FN, FP8_FNUZ, plan_args
 
-# The planner calls shared by this folder's tests (plancall.py is a helper, not a test module).
-_CALL = runpy.run_path(str(Path(__file__).with_name("plancall.py")))
-BF16, FP8_FN, FP8_FNUZ, plan_args = (
-    _CALL[name] for name in "BF16 FP8_FN FP8_FNUZ plan_args".split()
-)
+pytestmark = pytest.mark.selftest
 
 
 # ---------------------------------------------------------------------------------------

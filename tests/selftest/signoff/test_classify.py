@@ -252,16 +252,22 @@ def test_an_xfail_without_an_expectation_entry_is_unexplained(tmp_path: Path, ex
     assert "xfail with no expectation entry: flaky on Tuesdays" in result.backends["cpu"].reason
 
 
-def test_not_applicable_is_counted_apart_and_never_blocks(tmp_path: Path, expectations) -> None:
-    plan = [f"tests/conformance/test_plan.py::test_plan_matches_golden[{c}]" for c in CASES[:2]]
+def write_plans_not_applicable(root: Path, count: int, passed: list[str]) -> list[str]:
+    """Write cpu's report: `passed` pass, `count` plan cases are skipped as not applicable."""
+    plan = [f"tests/conformance/test_plan.py::test_plan_matches_golden[{c}]" for c in CASES[:count]]
     message = "not applicable: cpu declares plan_format=None"
     write_backend(
-        tmp_path / "reports" / "junit",
+        root / "reports" / "junit",
         "cpu",
-        IDS + plan,
+        passed + plan,
         outcomes=dict.fromkeys(plan, "skipped"),
         messages=dict.fromkeys(plan, message),
     )
+    return plan
+
+
+def test_not_applicable_is_counted_apart_and_never_blocks(tmp_path: Path, expectations) -> None:
+    plan = write_plans_not_applicable(tmp_path, 2, IDS)
     result = sign(tmp_path, expectations, release=True, no_collect=True, require=None)
     cpu = result.backends["cpu"]
     assert outcome_of(result, plan[0]) == Outcome.NOT_APPLICABLE
@@ -278,14 +284,6 @@ def test_not_applicable_without_a_reason_is_unexplained(tmp_path: Path, expectat
 
 
 def test_a_backend_where_nothing_applies_or_passes_is_no_pass(tmp_path: Path, expectations) -> None:
-    plan = [f"tests/conformance/test_plan.py::test_plan_matches_golden[{c}]" for c in CASES[:10]]
-    message = "not applicable: cpu declares plan_format=None"
-    write_backend(
-        tmp_path / "reports" / "junit",
-        "cpu",
-        plan,
-        outcomes=dict.fromkeys(plan, "skipped"),
-        messages=dict.fromkeys(plan, message),
-    )
+    write_plans_not_applicable(tmp_path, 10, [])
     cpu = sign(tmp_path, expectations).backends["cpu"]
     assert (cpu.status, cpu.reason) == (Status.INCOMPLETE, "no test passed (10 not-applicable)")

@@ -13,7 +13,7 @@ from conformance.signoff.engine import run_signoff
 from conformance.signoff.headroom import case_figures
 from conformance.signoff.model import Verdict
 
-from synthetic_reports import node_ids, offline_options, write_backend
+from synthetic_reports import add_figures, node_ids, offline_options, write_backend
 
 IDS = node_ids("metadata", 4) + node_ids("persistent", 3, test="test_decode_matches_golden")
 NUMERICS = {
@@ -28,18 +28,8 @@ def write(reports: Path, backend: str = "cpu", **kwargs) -> None:
 
 
 def with_figures(reports: Path, backend: str, figures: dict[str, str]) -> None:
-    """Add error figures to the numerics cases of ``backend``'s report (and reseal it)."""
-    from synthetic_reports import reseal
-
-    path = reports / "junit" / f"{backend}.xml"
-    properties = "".join(f'<property name="{k}" value="{v}" />' for k, v in figures.items())
-    text = re.sub(
-        r'(<testcase classname="tests\.conformance\.test_persistent"[^>]*><properties>)',
-        rf"\1{properties}",
-        path.read_text(),
-    )
-    path.write_text(text)
-    reseal(path)
+    """Add error figures to the persistent cases of ``backend``'s report (and reseal it)."""
+    add_figures(reports / "junit" / f"{backend}.xml", figures, "persistent")
 
 
 def page(reports: Path, **changes) -> tuple[str, str, dict]:

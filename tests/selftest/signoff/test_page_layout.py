@@ -17,9 +17,9 @@ from conformance.signoff.report_json import signoff_document
 from conformance.signoff.report_md import render_markdown
 
 from synthetic_reports import (
+    add_figures,
     node_ids,
     offline_options,
-    reseal,
     write_backend,
     write_evidence,
 )
@@ -36,14 +36,7 @@ FIGURES = {"out_max_abs_err": "0.1", "out_atol": "0.4", "out_err_over_tol": "0.2
 
 def with_figures(junit: Path, figures: dict[str, str] = FIGURES) -> None:
     """Give every golden comparison of ``junit`` error figures with tolerances (and reseal)."""
-    properties = "".join(f'<property name="{k}" value="{v}" />' for k, v in figures.items())
-    text = re.sub(
-        r'(<testcase classname="tests\.conformance\.test_(?:numerics|plan)"[^>]*><properties>)',
-        rf"\1{properties}",
-        junit.read_text(),
-    )
-    junit.write_text(text)
-    reseal(junit)
+    add_figures(junit, figures)
 
 
 def _document(reports: Path, **options) -> dict:

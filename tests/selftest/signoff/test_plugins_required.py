@@ -22,17 +22,12 @@ from conformance.signoff.engine import run_signoff
 from conformance.signoff.machine import StaticView
 from conformance.signoff.model import Status, Verdict
 
+from plugin_install import EXAMPLE, REPO, pip_target
 from synthetic_reports import junit_xml, node_ids, offline_options, write_backend
 
 pytestmark = pytest.mark.selftest
 
-REPO = Path(__file__).resolve().parents[3]
-EXAMPLE = REPO / "examples" / "dense_mla_plugin"
 PLUGIN = "dense_torch"
-PIP = (
-    *(sys.executable, "-m", "pip", "install", "-q"),
-    *("--no-deps", "--no-index", "--no-build-isolation"),
-)
 IDS = node_ids("metadata", 6) + node_ids("stubs", 4)
 
 
@@ -98,22 +93,11 @@ def test_a_report_of_an_unknown_backend_without_a_run_sidecar_stays_an_error(
     assert any(str(path) in error for error in result.errors)
 
 
-def _pip_target(target: Path):
-    def install(*requirements: str) -> None:
-        subprocess.run(
-            [*PIP, "--target", str(target), *requirements],
-            check=True,
-            cwd=REPO,
-        )
-
-    return install
-
-
 def test_a_plugin_left_in_the_environment_is_not_required(tmp_path: Path) -> None:
     """Subprocess level: the example plug-in installed, a plain sign-off without reports."""
     target, source = tmp_path / "env", tmp_path / "src" / EXAMPLE.name
     shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    install_plugins(_pip_target(target), {PLUGINS_ENV: str(source)})
+    install_plugins(pip_target(target), {PLUGINS_ENV: str(source)})
     env = {**os.environ, "PYTHONPATH": str(target)}
     probe = "from backends.registry import available_backends as a; print(a())"
     listed = subprocess.run(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,6 +150,21 @@ def reseal(junit: Path) -> None:
     document = json.loads(companion.read_text(encoding="utf-8"))
     document["junit_sha256"] = sha256_of(junit)
     companion.write_text(json.dumps(document), encoding="utf-8")
+
+
+def add_figures(junit: Path, figures: Mapping[str, str], modules: str = "numerics|plan") -> None:
+    """Give the cases of ``tests/conformance/test_<modules>`` in `junit` error figures (resealed).
+
+    `modules` is a regular expression over the module name's tail (``numerics|plan``).
+    """
+    properties = "".join(f'<property name="{k}" value="{v}" />' for k, v in figures.items())
+    text = re.sub(
+        rf'(<testcase classname="tests\.conformance\.test_(?:{modules})"[^>]*><properties>)',
+        rf"\1{properties}",
+        junit.read_text(),
+    )
+    junit.write_text(text)
+    reseal(junit)
 
 
 def write_backend(

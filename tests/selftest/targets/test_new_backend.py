@@ -122,8 +122,14 @@ def test_the_pytest_plugin_sets_its_environment(
 
 
 def test_an_engine_target_needs_no_class_but_a_backend_does() -> None:
-    engine = Target("someengine", "An engine.", kind="engine", device_kind="cuda")
+    releases = {"version": "1.1", "min_version": "1.0", "below_version": "2.0"}
+    engine = Target(
+        "someengine", "An engine.", kind="engine", device_kind="cuda", details="m:D", **releases
+    )
     assert engine.class_path is None and not engine.default
+    assert engine.supports("1.5") is None and "outside the releases" in str(engine.supports("2.0"))
+    with pytest.raises(ValueError, match="details: an engine needs it"):
+        Target("nodetails", "An engine without details.", kind="engine", **releases)
     with pytest.raises(ValueError, match="class_path: a backend needs"):
         Target("noclass", "A backend without a class.")
     with pytest.raises(ValueError, match="device_kind: expected one of"):

@@ -1,8 +1,9 @@
-"""Planner calls of the persistent selftests (a helper, not a test module; load it with runpy).
+"""Planner calls of the selftests: persistent planner, device planner, planned decode.
 
 `plan_args` gives the keyword arguments of a valid `plan_persistent_decode` call (page 1,
 gfx942, bf16, 16 heads, 8 CUs) with overrides; `invariants_of` checks a plan against the
-batch of its call, the other `check_plan` inputs read from the plan's params.
+batch of its call, the other `check_plan` inputs read from the plan's params;
+`decode_scalars` the scalar arguments of a bf16 one-token decode planned for Triton.
 """
 
 from __future__ import annotations
@@ -59,3 +60,20 @@ def works_of(plan: Any) -> list[tuple[int, ...]]:
 def invariants_of(plan: Any, args: dict[str, Any]) -> list[Any]:
     """`check_plan` of `plan` against the batch of its call `args`."""
     return check_plan(plan, **check_inputs(args))
+
+
+def decode_scalars(*, num_heads_q: int, page_size: int, num_cus: int) -> dict[str, Any]:
+    """The scalar planner arguments of a bf16 decode, one q token a request, for Triton."""
+    return {
+        "num_heads_q": num_heads_q,
+        "max_seqlen_qo": 1,
+        "uni_seqlen_qo": 1,
+        "page_size": page_size,
+        "kv_granularity": 1,
+        "causal": True,
+        "max_split_per_batch": -1,
+        "q_dtype": torch.bfloat16,
+        "kv_dtype": torch.bfloat16,
+        "arch": "triton",
+        "num_cus": num_cus,
+    }
