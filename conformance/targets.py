@@ -183,6 +183,7 @@ BUILTIN_TARGETS: dict[str, Target] = {
                 "kernels/gluon_mla/*.py",
                 "kernels/device_plan.py",
                 "kernels/planner_setup.py",
+                "kernels/planner_chain.py",
                 "kernels/triton_planner.py",
                 "kernels/paged.py",
             ),

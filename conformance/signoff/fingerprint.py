@@ -28,6 +28,8 @@ from conformance.targets import ENTRY_POINT_GROUP, declared
 COMMON_FILES: tuple[str, ...] = (
     "backends/base.py",
     "backends/common.py",
+    "conformance/applicability.py",
+    "conformance/rule_table.py",
     "conformance/metadata/*.py",
     "conformance/stubs/*.py",
     "conformance/persistent/*.py",

@@ -222,3 +222,37 @@ def test_save_evidence_takes_a_run_named_by_its_short_commit(checkout: Path, mon
     (junit / "cuda.meta.json").write_text(json.dumps(document))
     with pytest.raises(SignoffInputError, match="made at commit 012345, this checkout"):
         save(checkout)
+
+
+def _local_imports(module: str) -> set[str]:
+    """Repository modules `module` imports, transitively (module- and function-level)."""
+    import ast
+
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        path = REPOSITORY / (name.replace(".", "/") + ".py")
+        if not path.is_file():
+            path = REPOSITORY / name.replace(".", "/") / "__init__.py"
+        if name in seen or not path.is_file():
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                todo += [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                todo += [alias.name for alias in node.names]
+    return seen
+
+
+def test_every_kernel_the_cuda_backend_imports_is_in_its_fingerprint() -> None:
+    """On a GPU the cuda backend runs every kernel its module reaches (planner, decode)."""
+    backend = "cuda"
+    kernels = {
+        (name.replace(".", "/") + ".py")
+        for name in _local_imports("backends.triton_backend")
+        if name.startswith("kernels.") and (REPOSITORY / (name.replace(".", "/") + ".py")).is_file()
+    }
+    missing = kernels - set(behaviour_files(backend, REPOSITORY))
+    assert not missing, f"{backend}'s evidence would not go STALE when these change: {missing}"
