@@ -57,8 +57,8 @@ def usage(target: EngineTarget) -> str:
             f"usage: nox -s {name} -- [--{name}-version X | --{name}-from-interpreter]"
             " [--tree PATH] [PYTEST ARGS]",
             f"  --{name}-version X          the release to install (default"
-            f" {target.default_version}; supported: >= {target.min_version},"
-            f" < {target.below_version})",
+            f" {target.default_version}; supported: >= {target.record.min_version},"
+            f" < {target.record.below_version})",
             f"  --{name}-from-interpreter   the {name} of the interpreter that runs nox",
             "  --tree PATH               then audit the source tree at PATH with the facts"
             " just measured",

@@ -18,6 +18,7 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from conformance.runs.names import junit_name
 from conformance.targets import BUILTIN_TARGETS, ENGINE, Target, engine_names
 
 
@@ -66,7 +67,7 @@ class EngineTarget(EngineDetails):
     @property
     def junit(self) -> str:
         """The JUnit file name under reports/junit/."""
-        return f"{self.name}.xml"
+        return junit_name(self.name, None)
 
     def facts_file(self, version: str) -> str:
         """The facts file name under reports/engines/."""

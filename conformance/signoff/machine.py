@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Protocol
 
 from conformance.applicability import Declaration
+from conformance.runs.names import junit_name
 from conformance.signoff.model import DEFAULT_BACKENDS
-from conformance.targets import BUILTIN_TARGETS, plugin_entry_points
+from conformance.targets import BUILTIN_TARGETS, engine_names, plugin_entry_points
 
 BUILTIN_DEVICE_KINDS: dict[str, str] = {
     name: target.device_kind for name, target in BUILTIN_TARGETS.items()
@@ -80,7 +81,7 @@ class RegistryView:
 
     def unavailable_reason(self, backend: str) -> str | None:
         """The registry's availability reason for ``backend`` (an engine target: how to run it)."""
-        if backend in TARGETS:
+        if backend in engine_names():
             return engine_not_run(backend)
         try:
             from backends.registry import get_backend
@@ -155,7 +156,7 @@ def engine_not_run(engine: str) -> str:
     """Why an engine target has no report: it is no backend, its own session writes it."""
     return (
         f"{engine} is an engine target, not a backend: its report "
-        f"{TARGETS[engine].junit} is written by `nox -s {engine}` (docs/engines.md), "
+        f"{junit_name(engine, None)} is written by `nox -s {engine}` (docs/engines.md), "
         "which has not run here"
     )
 
