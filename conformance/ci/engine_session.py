@@ -47,6 +47,7 @@ class EngineOptions:
     tree: Path | None
     pytest_args: tuple[str, ...]
     show_usage: bool = False
+    pins: tuple[str, ...] = ()
 
 
 def usage(target: EngineTarget) -> str:
@@ -60,6 +61,8 @@ def usage(target: EngineTarget) -> str:
             f" {target.default_version}; supported: >= {target.record.min_version},"
             f" < {target.record.below_version})",
             f"  --{name}-from-interpreter   the {name} of the interpreter that runs nox",
+            "  --pin NAME==VERSION       replace the release's own pin of NAME (one the package"
+            " index cannot satisfy); recorded in the sidecar",
             "  --tree PATH               then audit the source tree at PATH with the facts"
             " just measured",
             f"  anything else goes to pytest ({target.tests}); see docs/engines.md",
@@ -71,11 +74,12 @@ def parse_options(target: EngineTarget, posargs: Sequence[str]) -> EngineOptions
     """``--<name>-version X``, ``--<name>-from-interpreter``, ``--tree PATH``, ``-h``/``--help``
     (usage only); the rest goes to pytest."""
     version, from_interpreter, tree, rest = target.default_version, False, None, []
+    pins: list[str] = []
     args = list(posargs)
     while args:
         arg = args.pop(0)
         key, _, value = arg.partition("=")
-        if key in (f"--{target.name}-version", "--tree") and not value:
+        if key in (f"--{target.name}-version", "--tree", "--pin") and not value:
             if not args:
                 raise EngineSessionError(f"{key} needs a value")
             value = args.pop(0)
@@ -85,6 +89,10 @@ def parse_options(target: EngineTarget, posargs: Sequence[str]) -> EngineOptions
             tree = Path(value)
             if not tree.is_dir():
                 raise EngineSessionError(f"--tree {value}: not a directory")
+        elif key == "--pin":
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+", value):
+                raise EngineSessionError(f"--pin {value!r}: expected NAME==VERSION")
+            pins.append(value)
         elif arg == f"--{target.name}-from-interpreter":
             from_interpreter = True
         elif arg in ("-h", "--help"):
@@ -93,7 +101,7 @@ def parse_options(target: EngineTarget, posargs: Sequence[str]) -> EngineOptions
             rest.append(arg)
     if not from_interpreter and not re.fullmatch(r"\d+(\.\d+)*([a-z0-9.+-]*)", version):
         raise EngineSessionError(f"--{target.name}-version {version!r}: not a release number")
-    return EngineOptions(version, from_interpreter, tree, tuple(rest))
+    return EngineOptions(version, from_interpreter, tree, tuple(rest), pins=tuple(pins))
 
 
 def _stream(command: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str]:
@@ -174,6 +182,22 @@ def pinned_requirements(python: str, target: EngineTarget) -> list[str]:
     return [pins.get(_normal(name), name) for name in target.runtime] + [pins.get("torch", "torch")]
 
 
+def replace_pins(requirements: list[str], pins: Sequence[str], log: Any) -> list[str]:
+    """`requirements` with each ``--pin NAME==VERSION`` in place of the engine's pin of NAME."""
+    replaced = list(requirements)
+    for pin in pins:
+        name = _normal(pin.partition("==")[0])
+        where = [
+            i for i, r in enumerate(replaced) if _normal(re.split(r"[\s\[<>=!~;]", r)[0]) == name
+        ]
+        if not where:
+            raise EngineSessionError(f"--pin {pin}: the release requires no {name} on a CPU")
+        for index in where:
+            log(f"--pin: {replaced[index]} replaced by {pin}")
+            replaced[index] = pin
+    return replaced
+
+
 def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -196,7 +220,7 @@ def make_environment(
             what=f"{target.distribution} {options.version} for this platform/Python",
         )
         torch = tool.local_torch()
-        requirements = pinned_requirements(python, target)
+        requirements = replace_pins(pinned_requirements(python, target), options.pins, log)
         if torch:
             log(f"step 2/3: torch: the CPU wheel pip's find-links hold ({Path(torch).name})")
             tool.install(torch, what="the local CPU torch wheel")
@@ -204,7 +228,12 @@ def make_environment(
         else:
             log(f"step 2/3: torch at {target.name}'s own pin: {requirements[-1]}")
         log(f"step 3/3: what {target.name}'s modules import on a CPU, and the suite's test needs")
-        tool.install(*requirements, *target.suite, what=f"{target.name}'s CPU requirements")
+        tool.install(
+            *requirements,
+            *target.suite,
+            what=f"{target.name}'s CPU requirements (a pin the index cannot satisfy can be "
+            f"replaced: -- --pin NAME==VERSION)",
+        )
     code, version = _query(
         python, f"import importlib.metadata as m; print(m.version({target.distribution!r}))"
     )
@@ -268,6 +297,7 @@ def write_sidecar(
     versions: Mapping[str, str | None],
     exitstatus: int,
     partial: bool,
+    pins: Sequence[str] = (),
 ) -> None:
     """The run's ``.meta.json``: provenance naming the engine release and the builders run."""
     from conformance.runs.atomic import atomic_write_text
@@ -281,7 +311,12 @@ def write_sidecar(
         "format": "mla-conformance-run/1",
         "backend": target.name,
         "kind": target.record.kind,
-        "engine": {"name": target.name, "version": version, "builders": builders},
+        "engine": {
+            "name": target.name,
+            "version": version,
+            "builders": builders,
+            "pins_replaced": list(pins),
+        },
         "junit": junit.name,
         "junit_sha256": hashlib.sha256(junit.read_bytes()).hexdigest() if junit.exists() else None,
         "shard": None,
@@ -310,13 +345,10 @@ def disk_use(path: Path) -> int:
 
 
 def audit_tree(tree: Path, facts_file: Path, log: Any) -> int:
-    """``python -m conformance audit TREE --facts FILE``; says so if --facts is not there yet."""
+    """``python -m conformance audit TREE --facts FILE``: its output, and its exit code."""
     command = [sys.executable, "-m", "conformance", "audit", str(tree), "--facts", str(facts_file)]
     log(" ".join(["python", *command[1:]]))
     result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode == 2 and "--facts" in result.stderr:
-        log("this suite's audit does not accept --facts yet: the tree was not audited")
-        return 0
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     return result.returncode
@@ -382,6 +414,7 @@ def run_session(session: Any, target: EngineTarget) -> None:
         versions=versions,
         exitstatus=code,
         partial=bool(options.pytest_args),
+        pins=options.pins,
     )
     session.log(f"JUnit report: {junit}; facts: {facts_file}")
     audit = audit_tree(options.tree, facts_file, session.log) if options.tree else 0

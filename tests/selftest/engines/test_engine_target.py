@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from conformance.ci import engine_junit
-from conformance.ci.engine_session import EngineSessionError, parse_options, usage
+from conformance.ci.engine_session import (
+    EngineSessionError,
+    parse_options,
+    replace_pins,
+    usage,
+)
 from conformance.engines.target import VLLM
 
 
@@ -42,6 +47,8 @@ def test_help_shows_usage_and_passes_nothing_to_pytest(flag: str) -> None:
         (["--vllm-version"], "--vllm-version needs a value"),
         (["--vllm-version", "latest!"], "not a release number"),
         (["--tree", "/nonexistent/tree"], "not a directory"),
+        (["--pin"], "--pin needs a value"),
+        (["--pin", "flashinfer-python>=0.7"], "expected NAME==VERSION"),
     ],
 )
 def test_bad_session_arguments_are_one_line(args: list[str], message: str) -> None:
@@ -100,3 +107,21 @@ def test_the_engine_record_is_the_declarations_entry(tmp_path: Path) -> None:
     assert "vllm" in known_backends(StaticView(names=("cpu",)), tmp_path)
     (tmp_path / "nothing.xml").write_text("<testsuites/>")
     assert engine_junit.main([str(tmp_path / "nothing.xml")]) == 2
+
+
+def test_a_pin_replaces_the_release_s_own_pin_of_that_name() -> None:
+    options = parse_options(VLLM, ["--pin", "flashinfer_python==0.7.4", "-x"])
+    assert options.pins == ("flashinfer_python==0.7.4",) and options.pytest_args == ("-x",)
+    said: list[str] = []
+    pinned = ["numpy", "flashinfer-python==0.7.3", "torch==2.14.0"]
+    assert replace_pins(pinned, options.pins, said.append) == [
+        "numpy",
+        "flashinfer_python==0.7.4",
+        "torch==2.14.0",
+    ]
+    assert said == ["--pin: flashinfer-python==0.7.3 replaced by flashinfer_python==0.7.4"]
+
+
+def test_a_pin_of_nothing_the_release_requires_is_refused() -> None:
+    with pytest.raises(EngineSessionError, match="the release requires no no-such-dist"):
+        replace_pins(["numpy"], ("no-such-dist==1.0",), lambda line: None)
