@@ -111,7 +111,8 @@ def test_bench_without_torch_logs_what_it_installs_for(monkeypatch: pytest.Monke
     module.bench(session)
     assert installed == [module.CPU]
     (line,) = session.logged
-    assert "planner benchmark" in line and "tests" not in line, line
+    said = line.partition(" has no torch")[2]  # the interpreter's own path may hold "tests"
+    assert "planner benchmark" in said and "tests" not in said, line
     assert [run[2] for run in session.ran] == [
         "benchmarks.bench_planner",
         "benchmarks.bench_decode",
