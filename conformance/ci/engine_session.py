@@ -300,15 +300,16 @@ def write_sidecar(
     pins: Sequence[str] = (),
 ) -> None:
     """The run's ``.meta.json``: provenance naming the engine release and the builders run."""
-    from conformance.runs.atomic import atomic_write_text
     from conformance.runs.provenance import run_facts
+    from conformance.runs.sidecar import SIDECAR_FORMAT
+    from conformance.runs.sidecar import write_sidecar as write_run_sidecar
 
     builders: dict[str, Any] = {}
     if facts_file.exists():
         facts = json.loads(facts_file.read_text(encoding="utf-8"))
         builders = {n: b["status"] for n, b in facts.get("builders", {}).items()}
     document = {
-        "format": "mla-conformance-run/1",
+        "format": SIDECAR_FORMAT,
         "backend": target.name,
         "kind": target.record.kind,
         "engine": {
@@ -329,7 +330,7 @@ def write_sidecar(
         **run_facts(target.device_kind, Path.cwd()),
         "versions": dict(versions),  # the engine's environment, not the interpreter running nox
     }
-    atomic_write_text(junit.with_suffix(".meta.json"), json.dumps(document, indent=2) + "\n")
+    write_run_sidecar(junit, document)
 
 
 def disk_use(path: Path) -> int:
