@@ -83,16 +83,18 @@ _N64_2 = _N64 | {"num_stages": 2}
 _PREFETCH = {"REG_PREFETCH": 1}
 _TRITON = {"GLUON": 0}  # the plain-Triton kernel where a Hopper (Gluon) config exists
 _GLUON = {"GLUON": 1, "num_warps": 8}  # kernels/gluon_mla (kernels.triton_mla.HOPPER_CONFIGS)
+_N64_FP8 = {"BLOCK_N": 64, "STAGES": 3}  # the e4m3 Gluon kernel: 64-token tiles, 3 stages
 TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
     (16, "bf16"): [_N64, {"BLOCK_N": 32, "num_warps": 4, "num_stages": 4}],
     (16, "fp8"): [
-        _N64,
-        _N64 | _PREFETCH,
-        _N64 | _PREFETCH | {"BLOCK_N": 32},
-        _N64 | _PREFETCH | {"F16_TILE": 1},
+        _N64 | _TRITON,
+        _N64 | _PREFETCH | _TRITON,
+        _N64 | _PREFETCH | _TRITON | {"F16_TILE": 1},
+        _GLUON | _N64_FP8,
+        _GLUON | _N64_FP8 | {"STAGES": 2},
     ],
     (32, "bf16"): [_N64, _N64 | {"BLOCK_N": 32, "num_stages": 4}],
-    (32, "fp8"): [_N64, _N64 | _PREFETCH, _N64 | {"BLOCK_N": 32}],
+    (32, "fp8"): [_N64 | _TRITON, _N64 | _PREFETCH | _TRITON, _GLUON | _N64_FP8],
     (64, "bf16"): [
         _N64_2 | _TRITON,
         _N64_2 | _TRITON | {"PLAN_HEADS": 64},
@@ -102,7 +104,13 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _GLUON | {"BLOCK_N": 64, "STAGES": 2, "SPLIT_GROUPS": 1},
         _GLUON | {"BLOCK_N": 64, "STAGES": 2, "PLAN_HEADS": 64},
     ],
-    (64, "fp8"): [_N64, _N64 | {"PLAN_HEADS": 64}, _N64_2 | {"PLAN_HEADS": 64}],
+    (64, "fp8"): [
+        _N64 | _TRITON,
+        _N64 | _TRITON | {"PLAN_HEADS": 64},
+        _GLUON | _N64_FP8,
+        _GLUON | _N64_FP8 | {"SPLIT_GROUPS": 1},
+        _GLUON | _N64_FP8 | {"PLAN_HEADS": 64},
+    ],
 }
 # Launch options the harness applies itself (PLAN_HEADS), per config key, set by --tune.
 LAUNCH_OPTIONS: dict[tuple[int, str], dict[str, int]] = {}

@@ -1,12 +1,14 @@
-"""The Hopper decode in Gluon (Triton's layout-explicit dialect): `decode_kernel`.
+"""The Hopper decode in Gluon (Triton's layout-explicit dialect): `decode_kernel` for bf16
+q and KV, `fp8_kernel` for e4m3 (``float8_e4m3fn``) q and KV.
 
-`usable` says whether a launch can take it: an sm_90 GPU, a Triton with Gluon's Hopper
-module, bf16 q and KV, 64 packed rows per block, not under the interpreter, and no earlier
-failure to compile (`disable`: Gluon is experimental and its names move between Triton
-releases; a launch that cannot compile it falls back to the Triton kernel). Importing this
+`usable` says whether a launch can take one of them: an sm_90 GPU, a Triton with Gluon's
+Hopper module, not under the interpreter, no earlier failure to compile (`disable`: Gluon is
+experimental and its names move between Triton releases; a launch that cannot compile it
+falls back to the Triton kernel), and either bf16 q and KV in 64 packed rows per block or
+e4m3 q and KV in up to 64 (fewer rows are padded to one 64-row block). Importing this
 package imports no Gluon; `kernel()` does, on first use. `kernels.triton_mla.launch` picks
-it by `kernels.triton_mla.config.HOPPER_CONFIGS` and keeps the plain-Triton kernel for
-every other case (fewer rows, fp8, other GPUs, the interpreter).
+them by `kernels.triton_mla.config.HOPPER_CONFIGS` and keeps the plain-Triton kernel for
+every other case (fewer bf16 rows, bf16 q over fp8 KV, other GPUs, the interpreter).
 """
 
 from __future__ import annotations
@@ -54,14 +56,24 @@ def usable(q: torch.Tensor, kv_cache: torch.Tensor, block_m: int, interpreted: b
     """Whether the Gluon decode can run this launch (else the Triton kernel runs)."""
     if _disabled or interpreted or q.device.type != "cuda" or torch.version.hip is not None:
         return False
-    if block_m != BLOCK_M or q.dtype != torch.bfloat16 or kv_cache.dtype != torch.bfloat16:
+    bf16 = q.dtype == kv_cache.dtype == torch.bfloat16 and block_m == BLOCK_M
+    if not bf16 and not (is_e4m3(q.dtype) and is_e4m3(kv_cache.dtype) and block_m <= BLOCK_M):
         return False
     index = q.device.index if q.device.index is not None else torch.cuda.current_device()
     return _is_hopper(index) and gluon_importable()
 
 
-def kernel() -> Any:
-    """The Gluon decode kernel (imports Gluon)."""
+def is_e4m3(dtype: torch.dtype) -> bool:
+    """Whether `dtype` is the e4m3 (``float8_e4m3fn``) the fp8 Gluon decode takes."""
+    return dtype == getattr(torch, "float8_e4m3fn", None)
+
+
+def kernel(kv_dtype: torch.dtype = torch.bfloat16) -> Any:
+    """The Gluon decode kernel for a cache of `kv_dtype` (imports Gluon)."""
+    if is_e4m3(kv_dtype):
+        from kernels.gluon_mla.fp8_kernel import gluon_mla_fp8_decode_kernel
+
+        return gluon_mla_fp8_decode_kernel
     from kernels.gluon_mla.decode_kernel import gluon_mla_decode_kernel
 
     return gluon_mla_decode_kernel

@@ -95,6 +95,63 @@ def _scores(q_lat, q_rope, lat_buf, rope_buf, S_LAYOUT: gl.constexpr, BLOCK_N: g
 
 
 @gluon.jit
+def _softmax_step(s, m_i, l_cols, score_scale, pos, row_hi):
+    """One tile of the online softmax: (P, the rescale of O, the new row max, ΣP per column).
+
+    Scores of tokens at or past a row's limit are -inf; ΣP is kept per row and column and
+    summed over the columns once at the end (`_store_block`).
+    """
+    scores = s * score_scale
+    visible = pos[None, :] < row_hi[:, None]
+    scores = gl.where(visible, scores, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(scores, axis=1))
+    m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp2(m_i - m_ref)
+    p = gl.exp2(scores - m_ref[:, None])
+    return p, alpha, m_new, l_cols * alpha[:, None] + p
+
+
+@gluon.jit
+def _store_block(
+    o, m_i, l_cols, kv_scale, m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group,
+    partial_loc, part_head, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, stride_o_tok,
+    stride_o_head, stride_lse_tok, stride_lse_head, stride_po_row, stride_po_head, stride_pl_row,
+    stride_pl_head, D_V: gl.constexpr, O_L: gl.constexpr,
+):  # fmt: skip
+    """A block's rows, normalised (times kv_scale): final O and LSE, or a partial's."""
+    O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
+    o_cols = gl.arange(0, D_V, layout=gl.SliceLayout(0, O_L))
+    l_i = gl.sum(l_cols, axis=1)
+
+    seen = gl.convert_layout(l_i, O_ROW) > 0.0
+    l_o = gl.convert_layout(l_i, O_ROW)
+    m_o = gl.convert_layout(m_i, O_ROW)
+    inv_l = gl.where(seen, kv_scale / gl.where(seen, l_o, 1.0), 0.0)
+    out_o = o * inv_l[:, None]
+    lse = gl.where(
+        seen, (m_o + gl.log2(gl.where(seen, l_o, 1.0))) / 1.4426950408889634, float("-inf")
+    )
+    o_ok, o_vrow, o_head_local, o_token, o_head = _rows(
+        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, O_ROW
+    )
+    if partial_loc < 0:
+        o_row = o_token.to(gl.int64) * stride_o_tok + o_head.to(gl.int64) * stride_o_head
+        gl.store(
+            out_ptr + o_row[:, None] + o_cols[None, :],
+            out_o.to(out_ptr.dtype.element_ty),
+            mask=o_ok[:, None],
+        )
+        l_off = o_token.to(gl.int64) * stride_lse_tok + o_head.to(gl.int64) * stride_lse_head
+        gl.store(lse_ptr + l_off, lse, mask=o_ok)
+    else:
+        prow = (partial_loc + o_vrow - qo_start).to(gl.int64)
+        phead = (part_head + o_head_local).to(gl.int64)
+        po_row = prow * stride_po_row + phead * stride_po_head
+        gl.store(part_o_ptr + po_row[:, None] + o_cols[None, :], out_o, mask=o_ok[:, None])
+        gl.store(part_lse_ptr + prow * stride_pl_row + phead * stride_pl_head, lse, mask=o_ok)
+
+
+@gluon.jit
 def gluon_mla_decode_kernel(
     q_ptr, kv_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
     work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr, kv_last_page_lens_ptr,
@@ -137,7 +194,6 @@ def gluon_mla_decode_kernel(
     cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
     cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
     s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
-    o_cols = gl.arange(0, D_V, layout=gl.SliceLayout(0, O_L))
 
     for w in range(work_begin, work_end):
         (
@@ -201,15 +257,7 @@ def gluon_mla_decode_kernel(
                 )  # fmt: skip
 
                 pos = tok_lo + j * BLOCK_N + s_cols
-                scores = s * score_scale
-                visible = pos[None, :] < row_hi[:, None]
-                scores = gl.where(visible, scores, float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(scores, axis=1))
-                m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = gl.exp2(m_i - m_ref)
-                p = gl.exp2(scores - m_ref[:, None])
-                l_cols = l_cols * alpha[:, None] + p  # summed over the columns at the end
-                m_i = m_new
+                p, alpha, m_i, l_cols = _softmax_step(s, m_i, l_cols, score_scale, pos, row_hi)
                 if P_FP8:
                     p_smem.store(p.to(gl.float8e4nv).to(gl.bfloat16))
                 else:
@@ -229,35 +277,9 @@ def gluon_mla_decode_kernel(
                 _cta_barrier()  # every warpgroup is done with P and with tile j
             async_copy.wait_group(0)  # the look-ahead tiles past the end
             _cta_barrier()
-            l_i = gl.sum(l_cols, axis=1)
-
-            seen = gl.convert_layout(l_i, O_ROW) > 0.0
-            l_o = gl.convert_layout(l_i, O_ROW)
-            m_o = gl.convert_layout(m_i, O_ROW)
-            inv_l = gl.where(seen, kv_scale / gl.where(seen, l_o, 1.0), 0.0)
-            out_o = o * inv_l[:, None]
-            lse = gl.where(
-                seen, (m_o + gl.log2(gl.where(seen, l_o, 1.0))) / 1.4426950408889634, float("-inf")
-            )
-            o_ok, o_vrow, o_head_local, o_token, o_head = _rows(
-                m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, O_ROW
-            )
-            if partial_loc < 0:
-                o_row = o_token.to(gl.int64) * stride_o_tok + o_head.to(gl.int64) * stride_o_head
-                gl.store(
-                    out_ptr + o_row[:, None] + o_cols[None, :],
-                    out_o.to(out_ptr.dtype.element_ty),
-                    mask=o_ok[:, None],
-                )
-                l_off = (
-                    o_token.to(gl.int64) * stride_lse_tok + o_head.to(gl.int64) * stride_lse_head
-                )
-                gl.store(lse_ptr + l_off, lse, mask=o_ok)
-            else:
-                prow = (partial_loc + o_vrow - qo_start).to(gl.int64)
-                phead = (part_head + o_head_local).to(gl.int64)
-                po_row = prow * stride_po_row + phead * stride_po_head
-                gl.store(part_o_ptr + po_row[:, None] + o_cols[None, :], out_o, mask=o_ok[:, None])
-                gl.store(
-                    part_lse_ptr + prow * stride_pl_row + phead * stride_pl_head, lse, mask=o_ok
-                )
+            _store_block(
+                o, m_i, l_cols, kv_scale, m0, num_rows, qo_start, heads_per_work, fold_ratio,
+                seq_q, group, partial_loc, part_head, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, stride_po_row,
+                stride_po_head, stride_pl_row, stride_pl_head, D_V, O_L,
+            )  # fmt: skip

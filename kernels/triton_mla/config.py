@@ -53,6 +53,9 @@ DECODE_CONFIGS: dict[tuple[int, str], dict[str, int]] = {
 # stages beat 32 tokens and 3 or 4 stages by 23 % at 128 heads (benchmarks/results/).
 HOPPER_CONFIGS: dict[tuple[int, str], dict[str, int]] = {
     (64, "bf16"): {"BLOCK_N": 64, "STAGES": 2, "num_warps": 8},
+    (16, "fp8"): {"BLOCK_N": 64, "STAGES": 3, "num_warps": 8},
+    (32, "fp8"): {"BLOCK_N": 64, "STAGES": 3, "num_warps": 8},
+    (64, "fp8"): {"BLOCK_N": 64, "STAGES": 3, "num_warps": 8},
 }
 
 # Reduce configurations: partials merged per step (BLOCK_K) and heads per program (BLOCK_H).

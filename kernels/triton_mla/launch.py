@@ -318,7 +318,7 @@ def plan_launch(
 def _launch_once(launch: DecodeLaunch, cfg: dict[str, int]) -> None:
     shared = {**launch.shared, "BLOCK_N": cfg["BLOCK_N"], "num_warps": cfg["num_warps"]}
     if launch.use_gluon:
-        kernel = gluon_mla.kernel()[launch.grid]
+        kernel = gluon_mla.kernel(launch.call["kv_cache"].dtype)[launch.grid]
         kernel(*launch.args, **shared, STAGES=cfg["STAGES"], P_FP8=launch.round_p)
         return
     decode_kernel._persistent_mla_decode_kernel[launch.grid](

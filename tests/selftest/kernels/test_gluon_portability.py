@@ -34,18 +34,23 @@ ROOT = Path(__file__).resolve().parents[3]
 
 COMPILE = """
 import json, sys
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
-from kernels.gluon_mla.decode_kernel import gluon_mla_decode_kernel as kernel
+from kernels.gluon_mla import kernel as gluon_kernel
 
+fp8 = sys.argv[2] == "fp8"
+kernel = gluon_kernel(getattr(torch, "float8_e4m3fn") if fp8 else torch.bfloat16)
 constexprs = json.loads(sys.argv[1])
 types, attrs = {}, {}
 for index, name in enumerate(kernel.arg_names):
     if name in constexprs:
         types[name] = "constexpr"
         continue
-    if name in ("q_ptr", "kv_ptr", "out_ptr"):
+    if name in ("q_ptr", "kv_ptr"):
+        types[name] = "*fp8e4nv" if fp8 else "*bf16"
+    elif name == "out_ptr":
         types[name] = "*bf16"
     elif name in ("lse_ptr", "part_o_ptr", "part_lse_ptr", "q_scale_ptr", "kv_scale_ptr"):
         types[name] = "*fp32"
@@ -72,14 +77,16 @@ print(json.dumps({
     or importlib.util.find_spec(HOPPER_MODULE.rsplit(".", 1)[0]) is None,
     reason="this Triton has no Gluon",
 )
-@pytest.mark.parametrize(("block_n", "stages"), [(64, 2), (32, 3)])
+@pytest.mark.parametrize(
+    ("kind", "block_n", "stages"), [("bf16", 64, 2), ("bf16", 32, 3), ("fp8", 64, 3)]
+)
 def test_the_gluon_decode_compiles_for_sm90_with_this_triton(
-    block_n: int, stages: int, tmp_path: Path
+    kind: str, block_n: int, stages: int, tmp_path: Path
 ) -> None:
     pytest.importorskip(HOPPER_MODULE, reason="this Triton has no Gluon Hopper module")
     constexprs = {
         "PAGE_SIZE": 64, "CAUSAL": True, "BLOCK_N": block_n, "STAGES": stages, "D_V": 512,
-        "D_R": 64, "P_FP8": False, "SCALES_IN_MEMORY": False, "GROUP_MODE": 2, "FAULT": 0,
+        "D_R": 64, "P_FP8": kind == "fp8", "SCALES_IN_MEMORY": False, "GROUP_MODE": 2, "FAULT": 0,
     }  # fmt: skip
     # A process of its own: this one may have decorated the Triton kernels for the
     # interpreter (triton_cases.py sets TRITON_INTERPRET=1 without a GPU), and a cache of its
@@ -87,7 +94,7 @@ def test_the_gluon_decode_compiles_for_sm90_with_this_triton(
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env |= {"TRITON_CACHE_DIR": str(tmp_path), "TRITON_DEFAULT_FP_FUSION": "1"}
     done = subprocess.run(
-        [sys.executable, "-c", COMPILE, json.dumps(constexprs)], cwd=ROOT, env=env,
+        [sys.executable, "-c", COMPILE, json.dumps(constexprs), kind], cwd=ROOT, env=env,
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -114,7 +121,7 @@ def test_a_launch_that_cannot_compile_the_gluon_decode_falls_back(monkeypatch) -
     pytest.importorskip("triton.compiler.errors")
     monkeypatch.setattr(gluon_mla, "_disabled", [])
     monkeypatch.setattr(gluon_mla, "usable", lambda *args: not gluon_mla._disabled)
-    monkeypatch.setattr(gluon_mla, "kernel", lambda: _Uncompilable())
+    monkeypatch.setattr(gluon_mla, "kernel", lambda *args: _Uncompilable())
     case = make_case([70, 20], q_len=1, num_heads=64, page_size=16, seed=31)
     plan = hand_plan(case, unfolded_tiles(case, {0: (2,)}), num_programs=2, heads_per_work=64)
     with pytest.warns(UserWarning, match="the Gluon decode does not compile"):

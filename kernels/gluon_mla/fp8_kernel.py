@@ -1,0 +1,196 @@
+"""The Hopper decode in Gluon over an e4m3 cache with e4m3 q: `gluon_mla_fp8_decode_kernel`.
+
+The contract, arguments and work loop of `kernels.gluon_mla.decode_kernel` (whose helpers it
+shares), for e4m3 q and an e4m3 KV cache (per-tensor scales folded into the score scale and
+applied to O once, as there). Hopper's fp8 ``wgmma`` needs both operands K-major, which
+Q and the cached K rows are but V (the same rows, read along the tokens) is not, so:
+
+- ``S = Q Kᵀ`` multiplies the e4m3 Q and the e4m3 tile as they are (fp8 ``wgmma``, fp32
+  accumulation), straight from the stages ``cp.async`` fills: half the bytes of the bf16
+  kernel's stages, so three stages fit (two tiles in flight) where the bf16 kernel has two.
+- V is widened in shared memory: each tile's latent block is read from its stage into
+  registers, 16 tokens at a time, and written to one V buffer in fp16 when P is rounded to
+  e4m3 (both exact in fp16, one conversion per two values) or bf16 otherwise (exact too);
+  ``P V`` then runs on 16-bit ``wgmma`` as in the bf16 kernel. The widening of tile j + 1
+  runs while the tensor cores compute its scores, once ``P V`` of tile j has released the
+  buffer.
+
+Shared memory at 64 tokens a tile: Q 36 KiB, three stages 108 KiB, V 64 KiB, P 8 KiB.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    async_copy,
+    fence_async_shared,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from kernels.gluon_mla.decode_kernel import (
+    BLOCK_M,
+    _cp_async,
+    _cta_barrier,
+    _issue_tile,
+    _row_limit,
+    _rows,
+    _scores,
+    _slot_offsets,
+    _softmax_step,
+    _store_block,
+)
+from kernels.triton_mla.work import _program_slice, _work_span
+
+WIDEN_ROWS = gl.constexpr(16)  # tokens of a tile widened at a time (16 registers a thread)
+
+
+@gluon.jit
+def _widen_v(stage, v_buf, BLOCK_N: gl.constexpr, D_V: gl.constexpr, V_T: gl.constexpr):
+    """The latent block of an e4m3 stage (``[BLOCK_N, D_V]``) into `v_buf` as `V_T` (exact)."""
+    WIDEN: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [8, 1], [1, 0])
+    for c in gl.static_range(BLOCK_N // WIDEN_ROWS):
+        chunk = stage.slice(c * WIDEN_ROWS, WIDEN_ROWS).load(WIDEN)
+        v_buf.slice(c * WIDEN_ROWS, WIDEN_ROWS).store(chunk.to(V_T))
+
+
+@gluon.jit
+def gluon_mla_fp8_decode_kernel(
+    q_ptr, kv_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+    work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr, kv_last_page_lens_ptr,
+    qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value, sm_scale_log2,
+    stride_q_tok, stride_q_head, stride_kv_block, stride_kv_slot, stride_o_tok, stride_o_head,
+    stride_lse_tok, stride_lse_head, stride_po_row, stride_po_head, stride_pl_row,
+    stride_pl_head, heads_per_work, fold_ratio, seq_q,
+    PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    D_V: gl.constexpr, D_R: gl.constexpr, P_FP8: gl.constexpr, SCALES_IN_MEMORY: gl.constexpr,
+    GROUP_MODE: gl.constexpr, FAULT: gl.constexpr,
+):  # fmt: skip
+    gl.static_assert(BLOCK_N == 64, "the e4m3 Gluon decode takes 64-token tiles")
+    gl.static_assert(STAGES >= 2, "the e4m3 Gluon decode needs two stages or more")
+    # LOAD: 16-byte cp.async vectors (16 e4m3 values), 8 rows x 64 columns a warp.
+    LOAD: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0])
+    S_L: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N // 2, 32]
+    )
+    O_L: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, D_V // 2, 16]
+    )
+    V_T: gl.constexpr = gl.float16 if P_FP8 else gl.bfloat16
+    LOAD_ROW: gl.constexpr = gl.SliceLayout(1, LOAD)
+    S_ROW: gl.constexpr = gl.SliceLayout(1, S_L)
+    O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
+    E4M3: gl.constexpr = gl.float8e4nv
+    Q_LAT_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_V], E4M3)
+    Q_ROPE_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_R], E4M3)
+    KV_LAT_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], E4M3)
+    KV_ROPE_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_R], E4M3)
+    V_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], V_T)
+    P_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], V_T)
+
+    q_lat = gl.allocate_shared_memory(E4M3, [BLOCK_M, D_V], Q_LAT_SL)
+    q_rope = gl.allocate_shared_memory(E4M3, [BLOCK_M, D_R], Q_ROPE_SL)
+    kv_lat = gl.allocate_shared_memory(E4M3, [STAGES, BLOCK_N, D_V], KV_LAT_SL)
+    kv_rope = gl.allocate_shared_memory(E4M3, [STAGES, BLOCK_N, D_R], KV_ROPE_SL)
+    v_buf = gl.allocate_shared_memory(V_T, [BLOCK_N, D_V], V_SL)
+    p_smem = gl.allocate_shared_memory(V_T, [BLOCK_M, BLOCK_N], P_SL)
+
+    grp, work_begin, work_end, kv_scale, score_scale = _program_slice(
+        work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
+        sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
+    )  # fmt: skip
+    cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
+    cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
+    s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
+
+    for w in range(work_begin, work_end):
+        (
+            partial_loc, qo_start, group, part_head, q_begin, q_len, page_begin, _pages, kv_len,
+            tok_lo, tok_hi, num_rows,
+        ) = _work_span(
+            work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
+            heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
+        )  # fmt: skip
+
+        for m0 in range(0, num_rows, BLOCK_M):
+            # Q of the block into shared memory (its own cp.async group, the first).
+            row_ok, _, _, token, head = _rows(
+                m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, LOAD_ROW
+            )
+            q_row = token.to(gl.int64) * stride_q_tok + head.to(gl.int64) * stride_q_head
+            q_base = q_ptr + q_row[:, None]
+            _cp_async(q_lat, q_base + cols_v[None, :], mask=row_ok[:, None])
+            _cp_async(q_rope, q_base + D_V + cols_r[None, :], mask=row_ok[:, None])
+            async_copy.commit_group()
+            row_hi_load = _row_limit(token, q_begin, q_len, kv_len, tok_hi, CAUSAL)
+            block_hi = gl.max(gl.where(row_ok, row_hi_load, tok_lo), axis=0)
+            num_tiles = gl.cdiv(gl.maximum(block_hi - tok_lo, 0), BLOCK_N)
+
+            _, _, _, s_token, _ = _rows(
+                m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, S_ROW
+            )
+            row_hi = _row_limit(s_token, q_begin, q_len, kv_len, tok_hi, CAUSAL)
+
+            # Prologue: tiles 0 .. STAGES - 2 in flight (a tile past the end loads nothing).
+            for t in gl.static_range(STAGES - 1):
+                slot, ok = _slot_offsets(
+                    kv_indices_ptr, page_begin, tok_lo + t * BLOCK_N, block_hi,
+                    stride_kv_block, stride_kv_slot, BLOCK_N, PAGE_SIZE, LOAD_ROW,
+                )  # fmt: skip
+                _issue_tile(kv_ptr, slot, ok, kv_lat.index(t), kv_rope.index(t), D_V, D_R, LOAD)
+            next_slot, next_ok = _slot_offsets(
+                kv_indices_ptr, page_begin, tok_lo + (STAGES - 1) * BLOCK_N, block_hi,
+                stride_kv_block, stride_kv_slot, BLOCK_N, PAGE_SIZE, LOAD_ROW,
+            )  # fmt: skip
+
+            m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, S_ROW)
+            l_cols = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_L)  # ΣP per row and column
+            o = gl.zeros([BLOCK_M, D_V], gl.float32, O_L)
+
+            async_copy.wait_group(STAGES - 2)  # Q and tile 0 landed (this thread's copies)
+            fence_async_shared()
+            _cta_barrier()
+            s = _scores(q_lat, q_rope, kv_lat.index(0), kv_rope.index(0), S_L, BLOCK_N)
+            _widen_v(kv_lat.index(0), v_buf, BLOCK_N, D_V, V_T)  # beside the scores
+            s = warpgroup_mma_wait(0, deps=(s,))
+            for j in range(num_tiles):
+                # Tile j - 1 is scored and widened: its stage takes tile j + STAGES - 1.
+                refill = (j + STAGES - 1) % STAGES
+                _issue_tile(
+                    kv_ptr, next_slot, next_ok, kv_lat.index(refill), kv_rope.index(refill),
+                    D_V, D_R, LOAD,
+                )  # fmt: skip
+                next_slot, next_ok = _slot_offsets(
+                    kv_indices_ptr, page_begin, tok_lo + (j + STAGES) * BLOCK_N, block_hi,
+                    stride_kv_block, stride_kv_slot, BLOCK_N, PAGE_SIZE, LOAD_ROW,
+                )  # fmt: skip
+
+                pos = tok_lo + j * BLOCK_N + s_cols
+                p, alpha, m_i, l_cols = _softmax_step(s, m_i, l_cols, score_scale, pos, row_hi)
+                if P_FP8:
+                    p_smem.store(p.to(gl.float8e4nv).to(V_T))
+                else:
+                    p_smem.store(p.to(V_T))
+                o = o * gl.convert_layout(alpha, O_ROW)[:, None]
+                fence_async_shared()
+                _cta_barrier()  # both halves of P and all of V (tile j) are written
+                o = warpgroup_mma(p_smem, v_buf, o, is_async=True)
+
+                async_copy.wait_group(STAGES - 2)  # tile j + 1 landed
+                fence_async_shared()
+                _cta_barrier()
+                nxt = (j + 1) % STAGES
+                s = _scores(q_lat, q_rope, kv_lat.index(nxt), kv_rope.index(nxt), S_L, BLOCK_N)
+                o = warpgroup_mma_wait(1, deps=(o,))  # P V done, the scores still running
+                _cta_barrier()  # every warpgroup is done with P and V
+                _widen_v(kv_lat.index(nxt), v_buf, BLOCK_N, D_V, V_T)
+                s = warpgroup_mma_wait(0, deps=(s,))
+            async_copy.wait_group(0)  # the look-ahead tiles past the end
+            _cta_barrier()
+            _store_block(
+                o, m_i, l_cols, kv_scale, m0, num_rows, qo_start, heads_per_work, fold_ratio,
+                seq_q, group, partial_loc, part_head, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, stride_po_row,
+                stride_po_head, stride_pl_row, stride_pl_head, D_V, O_L,
+            )  # fmt: skip
