@@ -94,7 +94,12 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _GLUON | _N64_FP8 | {"STAGES": 2},
     ],
     (32, "bf16"): [_N64, _N64 | {"BLOCK_N": 32, "num_stages": 4}],
-    (32, "fp8"): [_N64 | _TRITON, _N64 | _PREFETCH | _TRITON, _GLUON | _N64_FP8],
+    (32, "fp8"): [
+        _N64 | _TRITON,
+        _N64 | _PREFETCH | _TRITON,
+        _GLUON | _N64_FP8,
+        _GLUON | _N64_FP8 | {"STAGES": 2},
+    ],
     (64, "bf16"): [
         _N64_2 | _TRITON,
         _N64_2 | _TRITON | {"PLAN_HEADS": 64},
@@ -108,6 +113,7 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _N64 | _TRITON,
         _N64 | _TRITON | {"PLAN_HEADS": 64},
         _GLUON | _N64_FP8,
+        _GLUON | _N64_FP8 | {"STAGES": 2},
         _GLUON | _N64_FP8 | {"SPLIT_GROUPS": 1},
         _GLUON | _N64_FP8 | {"PLAN_HEADS": 64},
     ],

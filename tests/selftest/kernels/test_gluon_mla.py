@@ -18,8 +18,8 @@ import pytest
 import torch
 
 _CASES = runpy.run_path(str(Path(__file__).with_name("triton_cases.py")))
-NAMES = "check hand_plan make_case planned run tm unfolded_tiles"
-check, hand_plan, make_case, planned, run, tm, unfolded_tiles = (
+NAMES = "check fp8_mma_score_err hand_plan make_case planned run tm unfolded_tiles"
+check, fp8_mma_score_err, hand_plan, make_case, planned, run, tm, unfolded_tiles = (
     _CASES[name] for name in NAMES.split()
 )
 
@@ -50,11 +50,20 @@ CONFIG_IDS = [f"n{c['BLOCK_N']}-s{c['STAGES']}" for c in CONFIGS]
 FP8_CONFIGS = [_GLUON | {"BLOCK_N": 64, "STAGES": 3}, _GLUON | {"BLOCK_N": 64, "STAGES": 2}]
 FP8_CONFIG_IDS = [f"n{c['BLOCK_N']}-s{c['STAGES']}" for c in FP8_CONFIGS]
 E4M3_P_REL_ERR = 2.0**-3  # P rounded to e4m3 (AITER's fp8-q rule): one e4m3 ulp
+BF16_REL_ERR = _CASES["BF16_REL_ERR"]
 
 
 def fp8_case(kv_lens: list[int], **kwargs: object):
     """`make_case` with e4m3 q and KV and non-unit scales (the fp8 Gluon kernel's inputs)."""
-    return make_case(kv_lens, kv_dtype=FP8, kv_scale=0.5, q_dtype=FP8, q_scale=0.25, **kwargs)
+    e4m3 = {"kv_dtype": FP8, "kv_scale": 0.5, "q_dtype": FP8, "q_scale": 0.25}
+    return make_case(kv_lens, **(e4m3 | kwargs))
+
+
+def check_fp8(case, plan, *, fp8_p: bool = True, **kwargs: object) -> torch.Tensor:
+    """`check` of an e4m3 case: P's rounding (e4m3 by default) and the fp8 QK MMA's error."""
+    p_rel_err = E4M3_P_REL_ERR if fp8_p else BF16_REL_ERR
+    return check(case, plan, fp8_p=fp8_p, p_rel_err=p_rel_err,
+                 score_err=fp8_mma_score_err(case), **kwargs)  # fmt: skip
 
 
 @pytest.fixture
@@ -147,8 +156,8 @@ def test_fp8_split_and_unsplit_works(
     cut = max(1, 96 // page_size)
     tiles = unfolded_tiles(case, {0: (cut,), 2: (cut, 2 * cut)})
     plan = hand_plan(case, tiles, num_programs=5, heads_per_work=num_heads)
-    rounded = check(case, plan, causal=True, config=config, p_rel_err=E4M3_P_REL_ERR)
-    plain = check(case, plan, causal=True, config=config, fp8_p=False)
+    rounded = check_fp8(case, plan, causal=True, config=config)
+    plain = check_fp8(case, plan, causal=True, config=config, fp8_p=False)
     assert (rounded - plain).abs().max() > 1e-3, "P was not rounded to e4m3 by default"
     assert gluon_launches == [FP8, FP8], "the fp8 Gluon kernel did not run"
 
@@ -159,7 +168,7 @@ def test_fp8_causal_q4_packed_rows_and_masked_split(gluon_launches) -> None:
     plan = hand_plan(case, unfolded_tiles(case, {0: (2,), 1: (1,)}), num_programs=3,
                      heads_per_work=16)  # fmt: skip
     for causal in (True, False):
-        check(case, plan, causal=causal, config=FP8_CONFIGS[0], p_rel_err=E4M3_P_REL_ERR)
+        check_fp8(case, plan, causal=causal, config=FP8_CONFIGS[0])
     assert gluon_launches == [FP8, FP8], "the fp8 Gluon kernel did not run"
 
 
@@ -168,11 +177,11 @@ def test_fp8_folded_h128_planner_plan_head_groups_and_scales_in_memory(gluon_lau
     case = fp8_case([200, 31, 90], q_len=1, num_heads=128, page_size=16, seed=43)
     plan = planned(case, arch="triton", num_cus=4)  # 2 x 64 heads, folded
     assert plan.fold_ratio == 2 and plan.num_partials > 0
-    cfg, tol = FP8_CONFIGS[0], E4M3_P_REL_ERR
-    by_value = check(case, plan, causal=True, config=cfg, p_rel_err=tol)
-    check(case, plan, causal=True, config=cfg | {"SPLIT_GROUPS": 1}, p_rel_err=tol)
+    cfg = FP8_CONFIGS[0]
+    by_value = check_fp8(case, plan, causal=True, config=cfg)
+    check_fp8(case, plan, causal=True, config=cfg | {"SPLIT_GROUPS": 1})
     grouped = hand_plan(case, unfolded_tiles(case, {0: (3,)}), num_programs=2, heads_per_work=64)
-    check(case, grouped, causal=True, config=cfg, p_rel_err=tol)
+    check_fp8(case, grouped, causal=True, config=cfg)
     scales = {"q_scale": torch.tensor([0.25]), "kv_scale": torch.tensor([0.5])}
     kwargs = case.launch_kwargs() | {k: v.to(case.q.device) for k, v in scales.items()}
     in_memory, _ = tm.persistent_mla_decode(case.q, case.kv_cache, plan, causal=True,
@@ -185,10 +194,10 @@ def test_fp8_folded_h128_planner_plan_head_groups_and_scales_in_memory(gluon_lau
 def test_fp8_default_dispatch_follows_hopper_configs(gluon_launches) -> None:
     case = fp8_case([64, 20], q_len=1, num_heads=64, page_size=16, seed=44)
     plan = hand_plan(case, unfolded_tiles(case, {}), num_programs=2, heads_per_work=64)
-    check(case, plan, causal=True, p_rel_err=E4M3_P_REL_ERR)
+    check_fp8(case, plan, causal=True)
     default_gluon = (64, "fp8") in HOPPER_CONFIGS
     assert gluon_launches == ([FP8] if default_gluon else []), "not the HOPPER_CONFIGS choice"
-    check(case, plan, causal=True, config={"GLUON": 0}, p_rel_err=E4M3_P_REL_ERR)
+    check_fp8(case, plan, causal=True, config={"GLUON": 0})
     bf16_q = make_case([64, 20], q_len=1, num_heads=64, page_size=16, seed=44, kv_dtype=FP8,
                        kv_scale=0.5)  # fmt: skip
     check(bf16_q, plan, causal=True, config=FP8_CONFIGS[0], fp8_p=False)
@@ -203,36 +212,38 @@ KINDS = ["bf16", pytest.param("fp8", marks=needs_fp8)]
 
 
 def _kind_case(kind: str, kv_lens: list[int], **kwargs: object):
-    """(a case of `kind`, the config that runs its Gluon kernel, its P tolerance)."""
+    """(a case of `kind`, the `check` keywords that run its Gluon kernel at its tolerance)."""
     if kind == "fp8":
-        return fp8_case(kv_lens, **kwargs), FP8_CONFIGS[0], E4M3_P_REL_ERR
-    return make_case(kv_lens, **kwargs), None, _CASES["BF16_REL_ERR"]
+        case = fp8_case(kv_lens, **kwargs)
+        tol = {"p_rel_err": E4M3_P_REL_ERR, "score_err": fp8_mma_score_err(case)}
+        return case, {"config": FP8_CONFIGS[0], **tol}
+    return make_case(kv_lens, **kwargs), {}
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_negative_control_read_past_end(kind: str, gluon_launches) -> None:
-    case, cfg, tol = _kind_case(kind, [40, 17], q_len=1, num_heads=64, page_size=16, seed=26)
+    case, how = _kind_case(kind, [40, 17], q_len=1, num_heads=64, page_size=16, seed=26)
     plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=64)
     with pytest.raises(AssertionError, match="non-finite output"):
-        check(case, plan, config=cfg, p_rel_err=tol, _fault="read_past_end")
+        check(case, plan, **how, _fault="read_past_end")
     assert gluon_launches == [case.kv_cache.dtype]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_negative_control_dropped_kv_scale(kind: str, gluon_launches) -> None:
-    case, cfg, tol = _kind_case(kind, [30, 20], q_len=1, num_heads=64, page_size=16, seed=27)
-    if kind == "bf16":
-        case = make_case([30, 20], q_len=1, num_heads=64, page_size=16, seed=27, kv_scale=0.5)
+    case, how = _kind_case(kind, [30, 20], q_len=1, num_heads=64, page_size=16, seed=27,
+                           kv_scale=0.5)  # fmt: skip
     plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=64)
+    check(case, plan, **how)  # the same case and tolerance pass unbroken
     with pytest.raises(AssertionError, match=r"exceeds tolerance|lse - ref"):
-        check(case, plan, config=cfg, p_rel_err=tol, _fault="drop_kv_scale")
-    assert gluon_launches == [case.kv_cache.dtype]
+        check(case, plan, **how, _fault="drop_kv_scale")
+    assert gluon_launches == [case.kv_cache.dtype] * 2
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_negative_control_idle_head_group(kind: str, gluon_launches) -> None:
-    case, cfg, tol = _kind_case(kind, [50, 20], q_len=1, num_heads=128, page_size=16, seed=28)
+    case, how = _kind_case(kind, [50, 20], q_len=1, num_heads=128, page_size=16, seed=28)
     plan = hand_plan(case, unfolded_tiles(case, {}), num_programs=2, heads_per_work=64)
     with pytest.raises(AssertionError, match="non-finite output"):
-        check(case, plan, config=cfg, p_rel_err=tol, _fault="skip_head_group")
+        check(case, plan, **how, _fault="skip_head_group")
     assert gluon_launches == [case.kv_cache.dtype]
