@@ -5,8 +5,9 @@ shares), for e4m3 q and an e4m3 KV cache (per-tensor scales folded into the scor
 applied to O once, as there). Hopper's fp8 ``wgmma`` needs both operands K-major, which
 Q and the cached K rows are but V (the same rows, read along the tokens) is not, so:
 
-- ``S = Q Kᵀ`` multiplies the e4m3 Q and the e4m3 tile as they are (fp8 ``wgmma``, fp32
-  accumulation), straight from the stages ``cp.async`` fills: half the bytes of the bf16
+- ``S = Q Kᵀ`` multiplies the e4m3 Q and the e4m3 tile as they are (fp8 ``wgmma`` into an
+  fp32 accumulator, whose additions keep about 14 bits: the conformance error model's fp8
+  MMA term), straight from the stages ``cp.async`` fills: half the bytes of the bf16
   kernel's stages, so three stages fit (two tiles in flight) where the bf16 kernel has two.
 - V is widened in shared memory: each tile's latent block is read from its stage into
   registers, 16 tokens at a time, and written to one V buffer in fp16 when P is rounded to
@@ -15,7 +16,9 @@ Q and the cached K rows are but V (the same rows, read along the tokens) is not,
   runs while the tensor cores compute its scores, once ``P V`` of tile j has released the
   buffer.
 
-Shared memory at 64 tokens a tile: Q 36 KiB, three stages 108 KiB, V 64 KiB, P 8 KiB.
+Shared memory at 64 tokens a tile: Q 36 KiB, three stages 108 KiB, V 64 KiB, P 8 KiB. The
+widening is not hidden behind the tensor cores: timed without it (results wrong), the kernel
+takes 25–30 % less time on an H200 (Triton 3.6).
 """
 
 from __future__ import annotations

@@ -35,9 +35,9 @@ the interpreter the (bf16-rounded) operands are widened to fp32 before each dot 
 the values, and so the results, are the same as the bf16 dots on a GPU. (The interpreter also
 truncates fp32→bf16 conversions where a GPU rounds to nearest.)
 
-On an sm_90 GPU, a launch of 64-row blocks with bf16 q and KV runs the Gluon decode instead
-(`kernels.gluon_mla`, chosen by `HOPPER_CONFIGS`; ``config={"GLUON": 0}`` keeps this
-package's kernel); the reduce is this package's either way.
+On an sm_90 GPU, a launch of 64-row blocks with bf16 q and KV, or of up to 64 rows with e4m3
+q and KV, runs the Gluon decode instead (`kernels.gluon_mla`, chosen by `HOPPER_CONFIGS`;
+``config={"GLUON": 0}`` keeps this package's kernel); the reduce is this package's either way.
 
 Modules: `config` (dimensions, tile configurations, faults), `tile` (one KV tile of the
 online softmax), `work` (a program's plan slice and a work's bounds), `decode_kernel` (the
