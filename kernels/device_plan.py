@@ -27,7 +27,7 @@ from conformance.persistent.checks import check_call_scalars, check_index_tensor
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
 from conformance.persistent.planner import plan_params, plan_persistent_decode, takes_planner_call
 from conformance.persistent.setup import PlanShape, derive_shape
-from kernels import planner_chain, planner_setup, triton_planner
+from kernels import planner_chain, planner_finish, planner_setup, triton_planner
 
 PLANNER_ENV = "MLA_TRITON_PLANNER"
 """``device`` (default) or ``host``: where a Triton builder on a CUDA device plans."""
@@ -46,6 +46,8 @@ FUSED_MAX_ENTRIES = 256
 larger ones by the setup kernel's grid first (the setup and the fill spread over programs)."""
 SETUP_BLOCK = 128
 """Entries per program of the setup kernel (one per thread of its 4 warps)."""
+FINISH_BLOCK = 128
+"""Entries per program of the finish kernel (kernels/planner_finish.py)."""
 COUNTS = ("num_works", "num_partials", "num_tiles", "status", "sum_blocks", "payload", "rounds")
 """The counts a plan writes; ``rounds``: the walk's rounds (0 when the chain found every snap)."""
 CHAIN_MAX_TILES_PER_PROGRAM = 2
@@ -301,6 +303,7 @@ def plan_on_device(
         BLOCK=block,
         KBLOCK=kblock,
         FILL_BLOCK=1024,
+        FINISH_BLOCK=FINISH_BLOCK,
         PDL=pdl,
         CHAIN=chain,
         WINDOW=CHAIN_WINDOW,
@@ -308,6 +311,31 @@ def plan_on_device(
         num_warps=num_warps or _num_warps(block),
         launch_pdl=pdl,
     )
+    if not fused:
+        planner_finish.finish_kernel[(triton.cdiv(entries, FINISH_BLOCK),)](
+            buffers.work_indptr,
+            buffers.work_info_set,
+            buffers.reduce_indptr,
+            buffers.reduce_final_map,
+            buffers.reduce_partial_map,
+            buffers.counts,
+            buffers.scratch,
+            buffers.marks[kblock:],  # the programs' starts, left by the walk
+            entries,
+            shape.num_cu,
+            shape.num_splits,
+            tile_scalars[0],
+            call["page_size"],
+            max_work,
+            tile_cnt,
+            pm_len,
+            PAGE1=call["page_size"] == 1,
+            BLOCK=FINISH_BLOCK,
+            NBLOCKS=triton.next_power_of_2(triton.cdiv(entries, FINISH_BLOCK)),
+            PDL=pdl,
+            num_warps=4,
+            launch_pdl=pdl,
+        )
     return DeviceWorkPlan(buffers, {**tensors, **call}, shape)
 
 
