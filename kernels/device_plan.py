@@ -74,6 +74,11 @@ class DevicePlanBuffers:
     marks: torch.Tensor
     chain: torch.Tensor
 
+    @property
+    def entries(self) -> int:
+        """The (virtual batch x qo tile) entries these buffers plan."""
+        return self.scratch.numel() // planner_setup.SCRATCH_FIELDS.value
+
     @classmethod
     def allocate(cls, shape: PlanShape, entries: int, device: torch.device) -> DevicePlanBuffers:
         """Buffers of `shape.sizes` (contents undefined until a plan is written)."""

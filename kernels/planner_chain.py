@@ -7,9 +7,10 @@ rounds run one per program, serially. Every snap lands on a tile boundary, and w
 walk goes from a boundary depends on that boundary alone, so `chain_walk` computes, for
 every boundary at once, the next snap (`round_keys` over the ``WINDOW`` tiles that follow
 it), then follows the chain from boundary 0 by pointer doubling (``LEVELS`` steps, each
-joining the boundaries reached so far to those reached 2**k snaps later; none when
-boundary 0's own next snap is unknown) and derives every tile's and program's part from
-the snap that precedes it.
+joining the boundaries reached so far to those reached 2**k snaps later) and derives every
+tile's and program's part from the snap that precedes it. The walk kernel tries the chain
+only when boundary 0's own next snap, which its first round finds, lies within the window
+(`boundary0_known`): a batch that fails there costs no more than its rounds.
 A boundary whose next snap lies beyond its window is unknown; when the chain reaches one,
 `chain_walk` reports failure and the kernel walks by rounds instead. Both give the same plan.
 
@@ -133,11 +134,22 @@ def next_snaps(chain_ptr, stride, j, scalars, PAGE1: tl.constexpr, WINDOW: tl.co
 
 
 @triton.jit
+def boundary0_known(r_star, p_w, o, d, stride, WINDOW: tl.constexpr):
+    """Whether boundary 0's next snap lies within the ``WINDOW`` tiles after it, as
+    `chain_walk` judges every boundary, from the walk's first round (``r_star``: its
+    programs before the snap, minus one) and ``p_w`` = P_WINDOW: no window built."""
+    bl = o + 1
+    q_b = bl // d
+    q_w = p_w // d
+    past = tl.maximum(floor_diff(q_w, p_w - q_w * d, q_b, bl - q_b * d), 0)
+    return (stride <= WINDOW) | (r_star < past)
+
+
+@triton.jit
 def chain_walk(
     ptrs,
     stride,
-    quotients,
-    valid,
+    tiles,
     scalars,
     PAGE1: tl.constexpr,
     BLOCK: tl.constexpr,
@@ -147,56 +159,28 @@ def chain_walk(
 ):
     """(ok, kf, cont, y, left) of the walk, as the rounds give them, when ``ok``.
 
-    ``ptrs`` = (chain_ptr, mark_ptr), ``quotients`` = (q_p, r_p, q_pe, r_pe, q_tau, r_tau)
-    per entry, ``scalars`` = (o, d, p_total, num_cu). Boundary 0's next snap is found
-    first: when it is unknown the chain is not tried (``ok`` false, at the cost of the
-    fields' stores). Uses ``mark_ptr[0:KBLOCK]`` as scratch (the caller rewrites it).
+    ``ptrs`` = (chain_ptr, mark_ptr), ``tiles`` = (q_p, r_p, q_pe, r_pe, q_tau, r_tau,
+    valid, program lanes) per entry, ``scalars`` = (o, d, num_cu, P_total // d,
+    P_total % d, P_total), as the walk's rounds take them. The walk kernel calls it only
+    when `boundary0_known`. Uses ``mark_ptr[0:KBLOCK]`` as scratch (the caller rewrites it).
     """
-    chain_ptr = ptrs[0]
+    chain_ptr, mark_ptr = ptrs
+    q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, k = tiles
+    quotients = (q_p, r_p, q_pe, r_pe, q_tau, r_tau)
+    o, d, num_cu, _, _, p_total = scalars
+    big = num_cu + 1
     e = tl.arange(0, BLOCK)
     ein = e < stride
     for i in tl.static_range(len(quotients)):
         _put(chain_ptr, stride, C_QP + i, e, quotients[i], ein)
     _put(chain_ptr, stride, C_VALID, e, valid.to(tl.int32), ein)
     tl.debug_barrier()
-    zero = tl.arange(0, 2)
-    known0 = next_snaps(chain_ptr, stride, zero, scalars, PAGE1, WINDOW)[3]
-    ok = tl.full([], 0, tl.int1)
-    kf = tl.zeros([BLOCK], tl.int32)
-    cont = kf
-    y = tl.zeros([KBLOCK], tl.int32)
-    left = tl.full([], 0, tl.int32)
-    if tl.max((known0 & (zero == 0)).to(tl.int32), axis=0) > 0:
-        walked = _chain(
-            ptrs, stride, quotients, valid, scalars, PAGE1, BLOCK, KBLOCK, WINDOW, LEVELS
-        )
-        ok, kf, cont, y, left = walked
-    return ok, kf, cont, y, left
-
-
-@triton.jit
-def _chain(
-    ptrs,
-    stride,
-    quotients,
-    valid,
-    scalars,
-    PAGE1: tl.constexpr,
-    BLOCK: tl.constexpr,
-    KBLOCK: tl.constexpr,
-    WINDOW: tl.constexpr,
-    LEVELS: tl.constexpr,
-):
-    """`chain_walk` once boundary 0's next snap is known."""
-    chain_ptr, mark_ptr = ptrs
-    q_p, r_p, q_pe, r_pe, q_tau, r_tau = quotients
-    o, d, p_total, num_cu = scalars
-    big = num_cu + 1
-    e = tl.arange(0, BLOCK)
-    ein = e < stride
 
     # ---- every boundary's next snap, from the WINDOW tiles that follow it ---------------
-    p, r_star, snap, known, nxt, progs = next_snaps(chain_ptr, stride, e, scalars, PAGE1, WINDOW)
+    window_scalars = (o, d, p_total, num_cu)
+    p, r_star, snap, known, nxt, progs = next_snaps(
+        chain_ptr, stride, e, window_scalars, PAGE1, WINDOW
+    )
     _put(chain_ptr, stride, C_RSTAR, e, r_star, ein)
     _put(chain_ptr, stride, C_SNAP, e, snap, ein)
 
@@ -249,7 +233,6 @@ def _chain(
     cont = tl.where(split, tl.minimum(r_hi, rs_o - 1) - r_lo + 1, 0)
 
     # ---- per program: where it starts --------------------------------------------------
-    k = tl.arange(0, KBLOCK)
     tl.store(mark_ptr + k, tl.full([KBLOCK], -1, tl.int32))
     tl.debug_barrier()
     tl.store(mark_ptr + start, e, mask=real)

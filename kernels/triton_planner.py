@@ -66,6 +66,45 @@ def _or_add(a0, a1, b0, b1):
 
 
 @triton.jit
+def _or_add_add(a0, a1, a2, b0, b1, b2):
+    return a0 | b0, a1 + b1, a2 + b2
+
+
+@triton.jit
+def _round(s, a, kf, cont, y, left, tiles, scalars, PAGE1: tl.constexpr):
+    """One round from the program ``s`` starting at ``a``: the walk to the next snap.
+
+    Returns (s, a, kf, cont, y, left) after it and its ``r_star`` (programs before the
+    snap, minus one); ``tiles`` = (q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, k),
+    ``scalars`` = (o, d, num_cu, q_n, r_n, p_total).
+    """
+    q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, k = tiles
+    o, d, num_cu, q_n, r_n, p_total = scalars
+    big = num_cu + 1
+    q_b, r_b, r_lo, r_hi, has_t, key = pc.round_keys(
+        a, o, d, big, q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, PAGE1
+    )
+    r_end = tl.maximum(pc.floor_diff(q_n, r_n, q_b, r_b), 0)
+    key_end = (tl.minimum(r_end, big).to(tl.int64) << 32) | p_total.to(tl.int64)
+    best = tl.minimum(tl.min(key, axis=0), key_end)
+    r_star64 = best >> 32
+    r_star = r_star64.to(tl.int32)
+    snap = (best - (r_star64 << 32)).to(tl.int32)
+    left |= (r_star >= num_cu - s).to(tl.int32)
+    q_a = a // d
+    r_a = a - q_a * d
+    pj = q_p * d + r_p
+    here = valid & (pj >= a) & (pj < snap)
+    kf = tl.where(here, s + tl.minimum(pc.floor_diff(q_p, r_p, q_a, r_a), r_star), kf)
+    split = has_t & (r_lo < r_star)
+    cont = tl.where(split, tl.minimum(r_hi, r_star - 1) - r_lo + 1, cont)
+    in_run = (k >= s) & (k <= s + r_star)
+    y = tl.where(in_run, a + (k - s) * d, y)
+    y = tl.where(k == s + r_star + 1, snap, y)
+    return s + r_star + 1, snap, kf, cont, y, left, r_star
+
+
+@triton.jit
 def _get(scratch_ptr, stride, field, e, mask, other):
     return tl.load(scratch_ptr + field * stride + e, mask=mask, other=other)
 
@@ -146,7 +185,12 @@ def plan_kernel(
     valid = (flag & ps.FLAG_VALID) != 0
 
     # ---- costs, their prefix sum, and its quotients by the payload ---------------------
-    flags, total64 = tl.reduce((flag, cost.to(tl.int64)), 0, _or_add)
+    if CHAIN:  # P_WINDOW too, for the chain's test at boundary 0
+        p_w = tl.where(e < WINDOW, cost, 0)
+        flags, total64, p_w = tl.reduce((flag, cost.to(tl.int64), p_w), 0, _or_add_add)
+    else:
+        flags, total64 = tl.reduce((flag, cost.to(tl.int64)), 0, _or_add)
+        p_w = 0
     bad_any = ((flags & ps.FLAG_BAD) != 0).to(tl.int32)
     bad_any |= (tl.load(kv_ptr) != 0).to(tl.int32) | (tl.load(qo_ptr) != 0).to(tl.int32)
     overflow = (total64 >= ps.MAX_COST) | ((flags & ps.FLAG_BIG) != 0)
@@ -167,59 +211,41 @@ def plan_kernel(
     q_n = p_total // d
     r_n = p_total - q_n * d
 
-    # ---- the snaps: all at once along a chain of boundaries, else one round per snap -----
-    quotients = (q_p, r_p, q_pe, r_pe, q_tau, r_tau)
+    # ---- the snaps: one round per snap, or all at once along a chain of boundaries ------
     k = tl.arange(0, KBLOCK)
-    if CHAIN:
-        scalars = (o, d, p_total, num_cu)
-        ptrs = (chain_ptr, mark_ptr)
-        walked = pc.chain_walk(
-            ptrs, stride, quotients, valid, scalars, PAGE1, BLOCK, KBLOCK, WINDOW, LEVELS
-        )
-        chained, kf_c, cont_c, y_c, left_c = walked
-    else:
-        chained = tl.full([], 0, tl.int1)
-        kf_c = tl.zeros([BLOCK], tl.int32)
-        cont_c = kf_c
-        y_c = tl.zeros([KBLOCK], tl.int32)
-        left_c = tl.full([], 0, tl.int32)
     kf = tl.zeros([BLOCK], tl.int32)  # program of a tile's first work
     cont = tl.zeros([BLOCK], tl.int32)  # its further works (fragments)
     y = tl.zeros([KBLOCK], tl.int32)  # where each program starts (cost space)
-    big = num_cu + 1
     s = tl.full([], 0, tl.int32)
     a = tl.full([], 0, tl.int32)
     left = tl.full([], 0, tl.int32)
     rounds = tl.full([], 0, tl.int32)
+    tiles = (q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, k)
+    scalars = (o, d, num_cu, q_n, r_n, p_total)
+    chained = tl.full([], 0, tl.int1)
+    kf_c = kf
+    cont_c = cont
+    y_c = y
+    left_c = left
+    if (num_cu > 0) & (p_total > 0):  # the first round, and from it whether to try the chain
+        s, a, kf, cont, y, left, r_star = _round(s, a, kf, cont, y, left, tiles, scalars, PAGE1)
+        rounds = 1
+        if CHAIN:
+            if pc.boundary0_known(r_star, p_w, o, d, stride, WINDOW):
+                ptrs = (chain_ptr, mark_ptr)
+                walked = pc.chain_walk(
+                    ptrs, stride, tiles, scalars, PAGE1, BLOCK, KBLOCK, WINDOW, LEVELS
+                )
+                chained, kf_c, cont_c, y_c, left_c = walked
     while (s < num_cu) & (a < p_total) & (~chained):
-        q_b, r_b, r_lo, r_hi, has_t, key = pc.round_keys(
-            a, o, d, big, q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, PAGE1
-        )
-        r_end = tl.maximum(pc.floor_diff(q_n, r_n, q_b, r_b), 0)
-        key_end = (tl.minimum(r_end, big).to(tl.int64) << 32) | p_total.to(tl.int64)
-        best = tl.minimum(tl.min(key, axis=0), key_end)
-        r_star64 = best >> 32
-        r_star = r_star64.to(tl.int32)
-        snap = (best - (r_star64 << 32)).to(tl.int32)
-        left |= (r_star >= num_cu - s).to(tl.int32)
-        q_a = a // d
-        r_a = a - q_a * d
-        pj = q_p * d + r_p
-        here = valid & (pj >= a) & (pj < snap)
-        kf = tl.where(here, s + tl.minimum(pc.floor_diff(q_p, r_p, q_a, r_a), r_star), kf)
-        split = has_t & (r_lo < r_star)
-        cont = tl.where(split, tl.minimum(r_hi, r_star - 1) - r_lo + 1, cont)
-        in_run = (k >= s) & (k <= s + r_star)
-        y = tl.where(in_run, a + (k - s) * d, y)
-        y = tl.where(k == s + r_star + 1, snap, y)
-        s = s + r_star + 1
-        a = snap
+        s, a, kf, cont, y, left, r_star = _round(s, a, kf, cont, y, left, tiles, scalars, PAGE1)
         rounds += 1
     left |= (a < p_total).to(tl.int32)
     kf = tl.where(chained, kf_c, kf)
     cont = tl.where(chained, cont_c, cont)
     y = tl.where(chained, y_c, y)
     left = tl.where(chained, left_c, left)
+    rounds = tl.where(chained, 0, rounds)
     tl.store(mark_ptr + KBLOCK + k, y, mask=k <= num_cu)  # program starts, for the gathers
     tl.store(mark_ptr + k, tl.full([KBLOCK], -1, tl.int32), mask=k < num_cu)
 

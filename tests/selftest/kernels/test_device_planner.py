@@ -232,8 +232,7 @@ def grid_calls(count: int) -> list[tuple[dict[str, Any], WorkPlan]]:
             expected = plan_persistent_decode(**call)
         except PlanError:
             continue
-        entries = device_plan.plan_buffers(**call).scratch.numel() // ps.SCRATCH_FIELDS.value
-        if device_plan.FUSED_MAX_ENTRIES < entries <= 700:
+        if device_plan.FUSED_MAX_ENTRIES < device_plan.plan_buffers(**call).entries <= 700:
             calls.append((call, expected))
     return calls
 
