@@ -122,7 +122,7 @@ def profile_case(batch: int, *, heads: int, page: int, max_kv: int, warps: Seque
     entries = buffers.scratch.numel() // planner_setup.SCRATCH_FIELDS.value
     lanes = max(device_plan.MIN_BLOCK, 1 << (entries - 1).bit_length())  # the walk's BLOCK
     warps = [w for w in warps if 32 * w <= lanes]  # more threads than lanes: never chosen
-    forms = {"fused": {"fused": True}, "split": {"fused": False}}
+    forms = {"fused": {"fused": True}, "split": {"fused": False, "pdl": False}}
     if torch.cuda.get_device_capability()[0] >= 9:
         forms["split-pdl"] = {"fused": False, "pdl": True}
     rows = []

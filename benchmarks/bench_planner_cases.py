@@ -3,14 +3,14 @@
 
 For every case of `benchmarks.decode.cases.PLANNER_TABLE` (every request at the case's kv
 length, page 64, q length 1, the ``triton`` profile as the ``cuda`` backend plans): the
-planner alone per plan (CUDA events over replays of a graph of `CHAIN` plans), by default
-and with the walk forced to its rounds (``chain=False``: the walk before the chain of
-snaps) and, beyond `FUSED_MAX_ENTRIES` entries on Hopper, with ``pdl=True``, the walk's
-round count, and the captured step (plan + decode + reduce, one graph)
-against the decode + reduce alone over a fixed plan (one graph): the two graphs' replays
-interleaved, L2 flushed before each (as the decode benchmark times a decode), medians of
-`STEP_REPLAYS` each. Every plan is first checked equal, buffer by buffer, to the reference
-planner's (exit 1 on a mismatch).
+planner alone per plan (CUDA events over replays of a graph of `CHAIN` plans), by default,
+with the walk forced to its rounds (``chain=False``: the walk before the chain of snaps)
+and, beyond `FUSED_MAX_ENTRIES` entries, with the programmatic launch set the other way
+(``planner_without_pdl_us`` where the device takes it); the walk's round count; and the
+captured step (plan + decode + reduce, one graph) against the decode + reduce alone over a
+fixed plan (one graph): the two graphs' replays interleaved, L2 flushed before each (as
+the decode benchmark times a decode), medians of `STEP_REPLAYS` each. Every plan is first
+checked equal, buffer by buffer, to the reference planner's (exit 1 on a mismatch).
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ def planner_call(heads: int, kv_format: str, batch: int, context: int) -> dict:
 
 
 def bench_case(heads: int, kv_format: str, batch: int, context: int, *, step: bool) -> dict:
-    """One row: planner timings (default, by rounds, and with the programmatic launch where
-    the plan takes three launches on Hopper), rounds, and the step against decode."""
+    """One row: planner timings (default, by rounds, and with the programmatic launch set
+    the other way where the plan takes three launches), rounds, and the step against
+    decode."""
     from conformance.persistent import plan_persistent_decode
     from kernels import device_plan
     from kernels.triton_mla import persistent_mla_decode
@@ -72,15 +73,15 @@ def bench_case(heads: int, kv_format: str, batch: int, context: int, *, step: bo
     buffers = device_plan.plan_buffers(**index, **call)
     row: dict = {"case": f"h{heads}-{kv_format}-b{batch}-L{context}"}
     forms = {"planner_us": {}, "planner_rounds_only_us": {"chain": False}}
-    hopper = torch.cuda.get_device_capability()[0] >= 9
-    if hopper and buffers.entries > device_plan.FUSED_MAX_ENTRIES:
-        forms["planner_pdl_us"] = {"pdl": True}  # the later launches overlap the earlier
+    if buffers.entries > device_plan.FUSED_MAX_ENTRIES:  # three launches: the other setting
+        pdl = device_plan.programmatic_launch(index["kv_indptr"].device)
+        forms["planner_without_pdl_us" if pdl else "planner_pdl_us"] = {"pdl": not pdl}
     for name, form in forms.items():
         plan = device_plan.plan_on_device(**index, buffers=buffers, **form, **call)
         problems = _mismatches(plan, expected)
         if problems:
             row.setdefault("mismatches", []).extend(f"{name}: {p}" for p in problems)
-        if name != "planner_pdl_us":
+        if "pdl" not in form:
             row["rounds" if not form else "rounds_without_chain"] = plan.host_counts()["rounds"]
 
         def plans(form: dict = form) -> None:

@@ -14,6 +14,7 @@ reject raises that planner's `PlanError` there.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -209,7 +210,7 @@ def plan_on_device(
     buffers: DevicePlanBuffers | None = None,
     num_warps: int | None = None,
     fused: bool | None = None,
-    pdl: bool = False,
+    pdl: bool | None = None,
     chain: bool | None = None,
     **call: Any,
 ) -> DeviceWorkPlan:
@@ -217,10 +218,12 @@ def plan_on_device(
 
     `buffers` (from `plan_buffers`) are reused when given, else allocated. Nothing is read
     back: errors of the batch's values surface when the plan's counts are first read.
-    `fused` picks one launch (the walk kernel does the setup and the fill itself) or two
-    (the setup kernel's grid first); by default one up to `FUSED_MAX_ENTRIES` entries.
-    `num_warps` overrides the walk kernel's; `pdl` (two launches, Hopper or later) launches
-    the walk kernel as the setup kernel's programmatic dependent. `chain` forces the
+    `fused` picks one launch (the walk kernel does the setup and the fill itself) or three
+    (the setup grid, the walk, the finish grid); by default one up to `FUSED_MAX_ENTRIES`
+    entries.
+    `num_warps` overrides the walk kernel's; `pdl` (three launches, Hopper or later; by
+    default where the device takes it) launches the walk kernel as the setup kernel's
+    programmatic dependent and the finish kernel as the walk's. `chain` forces the
     chain of snaps on or off (by default on from `CHAIN_MIN_ENTRIES` entries up to
     `CHAIN_MAX_TILES_PER_PROGRAM` per program); either way the plan is the same.
     """
@@ -242,7 +245,7 @@ def plan_on_device(
     if chain is None:
         chain = CHAIN_MIN_ENTRIES <= entries <= CHAIN_MAX_TILES_PER_PROGRAM * shape.num_cu
     kblock = _kblock(shape)
-    pdl = pdl and not fused
+    pdl = (programmatic_launch(device) if pdl is None else pdl) and not fused
     batch_scalars = (
         batch,
         shape.fold_ratio,
@@ -342,6 +345,14 @@ def plan_on_device(
             launch_pdl=pdl,
         )
     return DeviceWorkPlan(buffers, {**tensors, **call}, shape)
+
+
+@functools.cache
+def programmatic_launch(device: torch.device) -> bool:
+    """Whether `device` takes programmatic dependent launches (CUDA, Hopper or later)."""
+    if device.type != "cuda" or torch.version.hip is not None:
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def _setup_programs(entries: int, fill: int) -> int:

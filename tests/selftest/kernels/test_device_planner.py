@@ -52,9 +52,9 @@ COUNT_NAMES = ("num_works", "num_partials", "num_tiles")
 HOPPER = ON_GPU and torch.version.hip is None and torch.cuda.get_device_capability()[0] >= 9
 FORMS = [
     pytest.param({"fused": True}, id="one-launch"),
-    pytest.param({"fused": False}, id="setup-grid"),
+    pytest.param({"fused": False, "pdl": False}, id="setup-grid"),
     pytest.param({"fused": True, "chain": True}, id="one-launch-chain"),
-    pytest.param({"fused": False, "chain": True}, id="setup-grid-chain"),
+    pytest.param({"fused": False, "pdl": False, "chain": True}, id="setup-grid-chain"),
     pytest.param({"fused": True, "chain": False}, id="one-launch-rounds"),
     pytest.param(
         {"fused": False, "pdl": True},
