@@ -87,10 +87,10 @@ class Declaration:
         }
 
     def words(self) -> str:
-        """``plan_format=None, q_dtypes=(bf16), kv_dtypes=(bf16), numerics=fp32-reference``."""
-        return (
-            f"plan_format={self.plan_format}, q_dtypes=({', '.join(self.q_dtypes)}), "
-            f"kv_dtypes=({', '.join(self.kv_dtypes)}), numerics={self.numerics}"
+        """`to_json` in words: ``plan_format=None, q_dtypes=(bf16), kv_dtypes=(bf16), ...``."""
+        return ", ".join(
+            f"{name}=({', '.join(value)})" if isinstance(value, list) else f"{name}={value}"
+            for name, value in self.to_json().items()
         )
 
 

@@ -12,12 +12,10 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-# pip setting -> uv variable
+# the pip settings uv takes too, each from the variable UV_<SETTING> (find-links: UV_FIND_LINKS)
+SHARED_SETTINGS: tuple[str, ...] = ("find-links", "index-url", "extra-index-url", "constraint")
 PIP_TO_UV: dict[str, str] = {
-    "find-links": "UV_FIND_LINKS",
-    "index-url": "UV_INDEX_URL",
-    "extra-index-url": "UV_EXTRA_INDEX_URL",
-    "constraint": "UV_CONSTRAINT",
+    name: "UV_" + name.upper().replace("-", "_") for name in SHARED_SETTINGS
 }
 
 

@@ -79,14 +79,32 @@ class MaskingBatch:
     """fp64 [tokens, 512] (the same for every head)."""
     expected_lse: torch.Tensor
     """fp64 [tokens]."""
-    sentinel_score: float
-    lse_bound: float
-    out_bound: float
 
     @property
     def num_blocks(self) -> int:
         """Blocks in the cache, the null block included."""
         return int(self.kv_cache.shape[0])
+
+    # The margins of the check, derived as the module docstring says.
+
+    @property
+    def sentinel_score(self) -> float:
+        """The score ``S`` of a sentinel in the row it is aligned with."""
+        return Q_ROPE * K_ROPE * self.sm_scale * self.q_scale * self.kv_scale
+
+    @property
+    def lse_bound(self) -> float:
+        """Half the smallest change of a row's LSE that one token wrongly hidden makes."""
+        most = int(self.visible.max())
+        return 0.5 * math.log(most / (most - 1))
+
+    @property
+    def out_bound(self) -> float:
+        """Half the smallest distance from the exact output to one with a leaked sentinel."""
+        most = int(self.visible.max())
+        weight = 1.0 - most * math.exp(-self.sentinel_score)  # a leaked sentinel's, at least
+        leaked = self.kv_scale * (weight * SENTINEL_VALUE - (1.0 - weight))
+        return 0.5 * float((leaked - self.expected_out).min())
 
 
 def _visible(seq_len: int, n: int, causal: bool) -> list[int]:
@@ -136,12 +154,6 @@ def make_masking_batch(
         visible += _visible(length, n, cam.causal)
     kv = cache.view(num_blocks, PAGE_SIZE, HEAD_SIZE)
     expected_out, expected_lse = _exact_result(kv, cam, visible, kv_scale)
-    score = Q_ROPE * K_ROPE * SM_SCALE * q_scale * kv_scale
-    most = max(visible)
-    lse_bound = 0.5 * math.log(most / (most - 1))
-    weight = 1.0 - most * math.exp(-score)  # one leaked sentinel's weight, at least
-    leaked = kv_scale * (weight * SENTINEL_VALUE - (1.0 - weight))
-    out_bound = 0.5 * float((leaked - expected_out).min())
     return MaskingBatch(
         cam=cam,
         q=q.float().to(q_dtype).to(device),
@@ -153,9 +165,6 @@ def make_masking_batch(
         rows=rows,
         expected_out=expected_out,
         expected_lse=expected_lse,
-        sentinel_score=score,
-        lse_bound=lse_bound,
-        out_bound=out_bound,
     )
 
 

@@ -15,7 +15,7 @@ Layout (AITER's, ROCm/aiter: ``MlaWorkInfo`` in ``csrc/include/mla.h``, the buff
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 import torch
@@ -100,15 +100,7 @@ class WorkPlan:
 
     def to(self, device: torch.device | str) -> WorkPlan:
         """A copy with every buffer on `device`."""
-        moved = {name: getattr(self, name).to(device) for name in PLAN_BUFFERS}
         # a plain WorkPlan, also from a subclass (the device planner's lazy plan)
-        return WorkPlan(
-            **moved,
-            num_works=self.num_works,
-            num_partials=self.num_partials,
-            num_tiles=self.num_tiles,
-            fold_ratio=self.fold_ratio,
-            heads_per_work=self.heads_per_work,
-            max_seqlen_qo=self.max_seqlen_qo,
-            params=dict(self.params),
-        )
+        copied = {f.name: getattr(self, f.name) for f in fields(WorkPlan)}
+        moved = {name: copied[name].to(device) for name in PLAN_BUFFERS}
+        return WorkPlan(**{**copied, **moved, "params": dict(copied["params"])})

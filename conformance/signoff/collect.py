@@ -45,12 +45,11 @@ def parse_collect_output(text: str) -> list[str]:
 def collect_ids(backend: str, *, root: Path, command: Sequence[str] | None = None) -> list[str]:
     """Run the collection in ``root``; raise `SignoffInputError` if pytest fails."""
     arguments = list(command) if command is not None else collect_command(backend)
-    environment = {**os.environ, BACKEND_VARIABLE: backend}
     try:
         completed = subprocess.run(
             arguments,
             cwd=root,
-            env=environment,
+            env={**os.environ, BACKEND_VARIABLE: backend},
             capture_output=True,
             text=True,
             timeout=COLLECT_TIMEOUT_S,

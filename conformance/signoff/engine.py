@@ -221,9 +221,8 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
                 availability_reason=options.backends.unavailable_reason(name),
             )
         results[name].required = True
-    verdict = overall_verdict(results.values(), errors)
     result = SignoffResult(
-        verdict=verdict,
+        verdict=overall_verdict(results.values(), errors),
         required=required,
         required_source=required_source,
         backends=results,

@@ -71,8 +71,7 @@ class DecodeLaunch:
     plan: WorkPlan
     out: torch.Tensor
     lse: torch.Tensor
-    partial_o: torch.Tensor
-    partial_lse: torch.Tensor
+    partials: tuple[torch.Tensor, torch.Tensor]  # fp32 partial output and LSE the reduce merges
     args: tuple[Any, ...]  # the kernels' positional arguments
     shared: dict[str, Any]  # the constexprs both kernels take (num_warps set per try)
     cfg: dict[str, int]  # the tile configuration (the depth lowered on a retry)
@@ -302,8 +301,7 @@ def plan_launch(
         plan=plan,
         out=out,
         lse=lse,
-        partial_o=partial_o,
-        partial_lse=partial_lse,
+        partials=(partial_o, partial_lse),
         args=args,
         shared=shared,
         cfg=cfg,
@@ -371,8 +369,7 @@ def run_launch(launch: DecodeLaunch) -> tuple[torch.Tensor, torch.Tensor]:
                 )
                 cfg = {**cfg, depth: cfg[depth] - 1}
                 _STAGE_LIMITS[launch.stage_key] = cfg[depth]
-    mla_reduce(launch.partial_o, launch.partial_lse, plan, launch.out, launch.lse,
-               _fault=launch.call["_fault"])  # fmt: skip
+    mla_reduce(*launch.partials, plan, launch.out, launch.lse, _fault=launch.call["_fault"])
     return launch.out, launch.lse
 
 

@@ -39,6 +39,23 @@ def _site(body: str) -> dict[str, str]:
     return {"tests/test_site.py": SITE.replace("{body}", body.replace("\n", "\n    "))}
 
 
+def _codes(tmp_path, write_tree, body: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The (code, names) of each error the audit reports on a site of `body`."""
+    found, _ = _found(tmp_path, write_tree, _site(body))
+    return [(code, names) for _, code, names in found]
+
+
+def _builds_layer(signature: str, layer: str, setup: str = "", builder: str = "ABuilder") -> str:
+    """A site function that runs `setup`, registers `layer` as layer "l" and builds
+    `builder` over it."""
+    setup_line = f"    {setup}\n" if setup else ""
+    return (
+        f"def {signature}:\n{setup_line}"
+        f'    cfg.compilation_config.static_forward_context["l"] = {layer}\n'
+        f'    return {builder}(["l"], cfg)'
+    )
+
+
 # ----------------------------------------------------------------- reach
 
 
@@ -64,16 +81,12 @@ def _site(body: str) -> dict[str, str]:
     ],
 )
 def test_construction_reach(tmp_path, write_tree, body, expected):
-    found, _ = _found(tmp_path, write_tree, _site(body))
-    assert [(code, names) for _, code, names in found] == expected
+    assert _codes(tmp_path, write_tree, body) == expected
 
 
 def test_module_level_reach(tmp_path, write_tree):
-    body = (
-        "BUILDER = BackendEnum.A.get_builder_cls()\n\n\n"
-        "def make(cfg, pb):\n"
-        '    cfg.compilation_config.static_forward_context["l"] = NS(prefill_backend=pb)\n'
-        '    return BUILDER(["l"], cfg)'
+    body = "BUILDER = BackendEnum.A.get_builder_cls()\n\n\n" + _builds_layer(
+        "make(cfg, pb)", "NS(prefill_backend=pb)", builder="BUILDER"
     )
     found, report = _found(tmp_path, write_tree, _site(body))
     assert found == [("test_site.py", "STUB001", ("kv_lora_rank",))]
@@ -95,8 +108,7 @@ def test_a_fixture_is_reached_from_the_test_naming_it(tmp_path, write_tree, dims
         "def test_it(layer_ctx):\n"
         '    ABuilder(["l"], layer_ctx)'
     )
-    found, _ = _found(tmp_path, write_tree, _site(body))
-    assert [(code, names) for _, code, names in found] == expected
+    assert _codes(tmp_path, write_tree, body) == expected
 
 
 def test_several_builders_are_all_judged(tmp_path, write_tree):
@@ -163,8 +175,7 @@ def test_first_layer_only_reads(tmp_path, write_tree, stub, expected):
         f"    cfg.compilation_config.static_forward_context = {stub}\n"
         '    return ABuilder(["a", "b"], cfg)'
     )
-    found, _ = _found(tmp_path, write_tree, _site(body))
-    assert [(code, names) for _, code, names in found] == expected
+    assert _codes(tmp_path, write_tree, body) == expected
 
 
 @pytest.mark.parametrize(
@@ -176,14 +187,8 @@ def test_first_layer_only_reads(tmp_path, write_tree, stub, expected):
     ],
 )
 def test_monkeypatched_methods_are_not_judged(tmp_path, write_tree, patch, expected):
-    body = (
-        "def test_it(monkeypatch, cfg):\n"
-        f"    {patch or 'pass'}\n"
-        '    cfg.compilation_config.static_forward_context["l"] = NS()\n'
-        '    return ABuilder(["l"], cfg)'
-    )
-    found, _ = _found(tmp_path, write_tree, _site(body))
-    assert [(code, names) for _, code, names in found] == expected
+    body = _builds_layer("test_it(monkeypatch, cfg)", "NS()", setup=patch)
+    assert _codes(tmp_path, write_tree, body) == expected
 
 
 @pytest.mark.parametrize(
@@ -194,25 +199,13 @@ def test_monkeypatched_methods_are_not_judged(tmp_path, write_tree, patch, expec
     ],
 )
 def test_setattr_with_computed_names(tmp_path, write_tree, fill, expected):
-    body = (
-        "def make(cfg, dims):\n"
-        "    stub = NS()\n"
-        f"    {fill}\n"
-        '    cfg.compilation_config.static_forward_context["l"] = stub\n'
-        '    return ABuilder(["l"], cfg)'
-    )
-    found, _ = _found(tmp_path, write_tree, _site(body))
-    assert [(code, names) for _, code, names in found] == expected
+    body = _builds_layer("make(cfg, dims)", "stub", setup=f"stub = NS()\n    {fill}")
+    assert _codes(tmp_path, write_tree, body) == expected
 
 
 def test_unrelated_flag_branch_read_is_no_requirement(tmp_path, write_tree):
     """``layer.dcp_manager`` is read under ``if self.use_dcp:`` only."""
-    body = (
-        "def make(cfg, pb):\n"
-        '    cfg.compilation_config.static_forward_context["l"] = NS(prefill_backend=pb, '
-        "kv_lora_rank=1)\n"
-        '    return ABuilder(["l"], cfg)'
-    )
+    body = _builds_layer("make(cfg, pb)", "NS(prefill_backend=pb, kv_lora_rank=1)")
     found, report = _found(tmp_path, write_tree, _site(body))
     assert found == []
     assert report.context["stubs"]["judged"] == 1

@@ -7,60 +7,28 @@ from pathlib import Path
 
 import pytest
 
-from conformance.engines.facts import (
-    BuilderFacts,
-    EngineFacts,
-    FactsError,
-    FieldFacts,
-    TransformFacts,
-    check_version,
-    read_facts,
-    write_facts,
-)
+from conformance.engines.facts import FactsError, check_version, read_facts, write_facts
+
+from engine_facts import make_facts
 
 pytestmark = pytest.mark.selftest
 
 
-def _facts() -> EngineFacts:
-    return EngineFacts(
-        engine="vllm",
-        version="0.33.0",
-        record_class="vllm.v1.attention.backend.CommonAttentionMetadata",
-        record_fields=("query_start_loc", "seq_lens", "seq_lens_cpu_upper_bound"),
-        optional_fields=("seq_lens_cpu_upper_bound",),
-        builders={
-            "TRITON_MLA": BuilderFacts(
-                cls="vllm.x.TritonMLAMetadataBuilder",
-                bases=("vllm.x.MLACommonMetadataBuilder",),
-                batch_kinds=("decode", "mixed"),
-                reads={"init": ("q_lora_rank", "kv_lora_rank"), "build": ()},
-                required={"q_lora_rank": "AttributeError: q_lora_rank"},
-            )
-        },
-        fields={
-            "seq_lens_cpu_upper_bound": FieldFacts(
-                optional=True, needed_by={"TRITON_MLA": ("mixed",)}, errors={}
-            )
-        },
-        transformations={"unpadded": TransformFacts(ran=True, dropped=())},
-    )
-
-
 def test_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "facts.json"
-    write_facts(path, _facts())
+    write_facts(path, make_facts())
     facts = read_facts(path)
-    assert facts == _facts()
-    assert facts.builders["TRITON_MLA"].read_set() == {"q_lora_rank", "kv_lora_rank"}
-    assert facts.builders_needing("seq_lens_cpu_upper_bound") == {"TRITON_MLA": ("mixed",)}
+    assert facts == make_facts()
+    assert facts.builders["A"].read_set() == {"kv_lora_rank", "prefill_backend"}
+    assert facts.builders_needing("seq_lens_cpu_upper_bound") == {"A": ("mixed",)}
     assert facts.builders_needing("no_such_field") == {}
 
 
 def test_hand_edited_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "facts.json"
-    write_facts(path, _facts())
+    write_facts(path, make_facts())
     data = json.loads(path.read_text())
-    data["builders"]["TRITON_MLA"]["reads"]["init"].remove("q_lora_rank")
+    data["builders"]["A"]["reads"]["init"].remove("kv_lora_rank")
     path.write_text(json.dumps(data))
     with pytest.raises(FactsError, match="sha256 does not match"):
         read_facts(path)
@@ -83,8 +51,8 @@ def test_malformed_files_name_the_problem(tmp_path: Path, text: str, message: st
 
 
 def test_a_missing_key_is_named(tmp_path: Path) -> None:
-    body = _facts().to_json()
-    del body["builders"]["TRITON_MLA"]["status"]
+    body = make_facts().to_json()
+    del body["builders"]["A"]["status"]
     body.pop("sha256")
     from conformance.engines.facts import _digest
 
@@ -96,8 +64,9 @@ def test_a_missing_key_is_named(tmp_path: Path) -> None:
 
 
 def test_facts_of_another_release_are_refused() -> None:
-    check_version(_facts(), engine="vllm", version="0.33.0", source="f.json")
+    facts = make_facts("0.33.0")
+    check_version(facts, engine="vllm", version="0.33.0", source="f.json")
     with pytest.raises(FactsError, match=r"measured on vllm 0\.33\.0, the tree is vllm 0\.34\.0"):
-        check_version(_facts(), engine="vllm", version="0.34.0", source="f.json")
+        check_version(facts, engine="vllm", version="0.34.0", source="f.json")
     with pytest.raises(FactsError, match="facts of engine 'vllm'"):
-        check_version(_facts(), engine="sglang", version=None, source="f.json")
+        check_version(facts, engine="sglang", version=None, source="f.json")

@@ -7,6 +7,7 @@ scale. Plan execution is tested in test_plan_exec.py.
 
 from __future__ import annotations
 
+import functools
 import runpy
 from dataclasses import replace
 from pathlib import Path
@@ -102,18 +103,13 @@ def test_block_table_to_csr_matches_block_table_gather(page_size: int) -> None:
     pages = [(n + page_size - 1) // page_size for n in batch.seq_lens.tolist()]
     assert kv_indptr.tolist() == [0, *torch.cumsum(torch.tensor(pages), 0).tolist()]
     assert kv_indptr.dtype == kv_indices.dtype == last.dtype == torch.int32
+    gather = functools.partial(
+        gather_csr_kv, batch.cache, kv_indptr=kv_indptr, kv_indices=kv_indices, page_size=page_size
+    )
     for b, n in enumerate(batch.seq_lens.tolist()):
         assert int(last[b]) == (n - (pages[b] - 1) * page_size if n else page_size)
         direct = gather_request_kv(batch.cache, batch.block_table[b], n, page_size)
-        via_csr = gather_csr_kv(
-            batch.cache,
-            kv_indptr=kv_indptr,
-            kv_indices=kv_indices,
-            batch=b,
-            start=0,
-            end=n,
-            page_size=page_size,
-        )
+        via_csr = gather(batch=b, start=0, end=n)
         assert torch.equal(direct, via_csr)
         assert not bool(torch.isnan(direct.float()).any())
 

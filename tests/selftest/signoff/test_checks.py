@@ -22,10 +22,11 @@ from conformance.signoff.report_md import render_markdown
 from doc_lists import listed_rules
 from synthetic_reports import (
     SyntheticCase,
+    edit_sidecar,
     junit_xml,
     node_ids,
     offline_options,
-    reseal,
+    rewrite_junit,
     write_backend,
 )
 
@@ -46,12 +47,6 @@ def junit(reports: Path) -> Path:
 
 def sidecar(reports: Path, name: str = "cpu") -> Path:
     return junit(reports) / f"{name}.meta.json"
-
-
-def edit_sidecar(path: Path, **changes: object) -> None:
-    document = json.loads(path.read_text())
-    document.update(changes)
-    path.write_text(json.dumps(document))
 
 
 def options(
@@ -112,8 +107,7 @@ def different_collections(reports: Path) -> dict:
 def duplicated_ids(reports: Path) -> dict:
     write_backend(junit(reports), "cpu", IDS, shards=2)
     second = junit(reports) / "cpu-shard-2-of-2.xml"
-    second.write_text(junit_xml([SyntheticCase(node_id) for node_id in IDS], suite_name="mla-cpu"))
-    reseal(second)
+    rewrite_junit(second, junit_xml([SyntheticCase(node_id) for node_id in IDS]))
     return sign(reports)
 
 

@@ -12,6 +12,7 @@ from conformance.signoff.model import Status, Verdict
 
 from synthetic_reports import (
     SyntheticCase,
+    edit_sidecar,
     junit_xml,
     node_ids,
     offline_options,
@@ -29,12 +30,6 @@ def junit(tmp_path: Path) -> Path:
 def sign(tmp_path: Path, **changes):
     result = run_signoff(offline_options(tmp_path / "reports", write=False, **changes))
     return result, result.backends["cpu"]
-
-
-def edit_sidecar(path: Path, **changes) -> None:
-    document = json.loads(path.read_text())
-    document.update(changes)
-    path.write_text(json.dumps(document))
 
 
 def test_a_complete_sharded_run_passes(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from conformance.signoff.evidence import save_evidence
 from conformance.signoff.fingerprint import behaviour_files, changed_files, fingerprint
 from conformance.signoff.model import Status, Verdict
 
-from synthetic_reports import node_ids, offline_options, write_backend, write_evidence
+from synthetic_reports import edit_sidecar, node_ids, offline_options, write_backend, write_evidence
 
 IDS = node_ids("metadata", 5) + node_ids("persistent", 3)
 REPOSITORY = Path(__file__).resolve().parents[3]
@@ -187,9 +187,7 @@ def test_save_evidence_refuses_an_all_skipped_run(checkout: Path) -> None:
 def test_save_evidence_refuses_a_run_on_the_wrong_device(checkout: Path) -> None:
     junit = checkout / "reports" / "junit"
     write_backend(junit, "cuda", IDS)
-    document = json.loads((junit / "cuda.meta.json").read_text())
-    document.update(device_kind="cpu", device="Intel(R) Xeon(R)")
-    (junit / "cuda.meta.json").write_text(json.dumps(document))
+    edit_sidecar(junit / "cuda.meta.json", device_kind="cpu", device="Intel(R) Xeon(R)")
     with pytest.raises(
         SignoffInputError, match="runs on a cuda device, but the run's provenance shows cpu"
     ):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -14,10 +13,11 @@ from conformance.signoff.model import Status, Verdict
 
 from synthetic_reports import (
     SyntheticCase,
+    edit_sidecar,
     junit_xml,
     node_ids,
     offline_options,
-    reseal,
+    rewrite_junit,
     write_backend,
 )
 
@@ -39,12 +39,6 @@ def release(tmp_path: Path, **changes):
         **changes,
     )
     return run_signoff(options)
-
-
-def edit_sidecar(path: Path, **changes) -> None:
-    document = json.loads(path.read_text())
-    document.update(changes)
-    path.write_text(json.dumps(document))
 
 
 def honest_release(tmp_path: Path) -> None:
@@ -144,8 +138,7 @@ def test_a_sidecar_cut_to_five_ids_with_a_five_case_junit_is_incomplete(tmp_path
 def test_the_same_id_twice_in_one_file_is_incomplete(tmp_path: Path) -> None:
     honest_release(tmp_path)
     cases = [SyntheticCase(node_id) for node_id in CPU_IDS] + [SyntheticCase(CPU_IDS[2])]
-    (junit(tmp_path) / "cpu.xml").write_text(junit_xml(cases))
-    reseal(junit(tmp_path) / "cpu.xml")
+    rewrite_junit(junit(tmp_path) / "cpu.xml", junit_xml(cases))
     cpu = release(tmp_path).backends["cpu"]
     assert cpu.status == Status.INCOMPLETE
     assert any(
@@ -229,8 +222,7 @@ def test_each_junit_claim_is_checked(tmp_path: Path, old: str, new: str, message
     honest_release(tmp_path)
     path = junit(tmp_path) / "cpu.xml"
     assert old in path.read_text()
-    path.write_text(path.read_text().replace(old, new, 1))
-    reseal(path)
+    rewrite_junit(path, path.read_text().replace(old, new, 1))
     cpu = release(tmp_path).backends["cpu"]
     assert cpu.status == Status.INCOMPLETE
     assert any(message in issue for issue in cpu.issues), cpu.issues

@@ -15,19 +15,12 @@ from conformance.signoff.engine import run_signoff
 from conformance.signoff.evidence import VERSIONS_FILE
 from conformance.signoff.model import Verdict
 
-from synthetic_reports import node_ids, offline_options, write_backend, write_evidence
+from synthetic_reports import edit_sidecar, node_ids, offline_options, write_backend, write_evidence
 
 pytestmark = pytest.mark.selftest
 
 REPO = Path(__file__).resolve().parents[3]
 IDS = node_ids("metadata", 6) + node_ids("stubs", 4)
-
-
-def _edit_sidecar(junit: Path, **changes: object) -> None:
-    companion = sidecar_path(junit)
-    document = json.loads(companion.read_text())
-    document.update(changes)
-    companion.write_text(json.dumps(document))
 
 
 def _all_outputs(reports: Path) -> dict[str, str]:
@@ -40,7 +33,7 @@ def _all_outputs(reports: Path) -> dict[str, str]:
 def test_a_run_from_a_dirty_tree_is_a_warning_on_every_output(tmp_path: Path, dirty) -> None:
     reports = tmp_path / "reports"
     (junit,) = write_backend(reports / "junit", "cpu", IDS)
-    _edit_sidecar(junit, git_dirty=dirty)
+    edit_sidecar(sidecar_path(junit), git_dirty=dirty)
     result = run_signoff(offline_options(reports))
     assert result.verdict == Verdict.PASS, "a dirty tree warns, it does not block"
     warned = [w for w in result.backends["cpu"].warnings if "uncommitted changes" in w]
@@ -61,7 +54,7 @@ def test_evidence_made_from_a_dirty_tree_is_a_warning(
     versions["fingerprint"]["dirty"] = dirty
     (evidence / VERSIONS_FILE).write_text(json.dumps(versions))
     for junit in evidence.glob("*.xml"):
-        _edit_sidecar(junit, gpus=["Synthetic GPU"])
+        edit_sidecar(sidecar_path(junit), gpus=["Synthetic GPU"])
     result = run_signoff(
         offline_options(reports, evidence_dir=reports / "evidence", root=REPO, require=["cuda"])
     )
@@ -88,7 +81,7 @@ def test_a_gpu_run_that_names_no_gpu_is_a_warning(
     reports = tmp_path / "reports"
     backend = "cuda" if kind == "cuda" else "cpu"
     (junit,) = write_backend(reports / "junit", backend, IDS)
-    _edit_sidecar(junit, device="Intel(R) Xeon(R) Processor", gpus=gpus)
+    edit_sidecar(sidecar_path(junit), device="Intel(R) Xeon(R) Processor", gpus=gpus)
     result = run_signoff(offline_options(reports, runnable=[backend], write=False))
     found = [w for w in result.backends[backend].warnings if "names no GPU" in w]
     assert bool(found) == warned, result.backends[backend].warnings
