@@ -283,17 +283,16 @@ def plan_on_device(
             PDL=pdl,
             num_warps=4,
         )
+    written = (  # what the walk and finish kernels take first, in this order
+        *(getattr(buffers, name) for name in PLAN_BUFFERS),
+        buffers.counts,
+        buffers.scratch,
+    )
     triton_planner.plan_kernel[(1,)](
         qo,
         kv,
         last,
-        buffers.work_indptr,
-        buffers.work_info_set,
-        buffers.reduce_indptr,
-        buffers.reduce_final_map,
-        buffers.reduce_partial_map,
-        buffers.counts,
-        buffers.scratch,
+        *written,
         buffers.marks,
         buffers.chain,
         *batch_scalars,
@@ -321,13 +320,7 @@ def plan_on_device(
     )
     if not fused:
         planner_finish.finish_kernel[(triton.cdiv(entries, FINISH_BLOCK),)](
-            buffers.work_indptr,
-            buffers.work_info_set,
-            buffers.reduce_indptr,
-            buffers.reduce_final_map,
-            buffers.reduce_partial_map,
-            buffers.counts,
-            buffers.scratch,
+            *written,
             buffers.marks[kblock:],  # the programs' starts, left by the walk
             entries,
             shape.num_cu,
