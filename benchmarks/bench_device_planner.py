@@ -10,7 +10,7 @@ graph launch), the reference planner on the host for comparison, and the end-to-
 ``--profile`` times the planner alone in each form (``fused``: the walk kernel does the
 setup and the fill itself, one launch; ``split``: the setup kernel's grid first;
 ``split-pdl``: the walk launched as its programmatic dependent, on Hopper) for each walk
-``--warps`` count, and, split, each kernel alone (the other launch skipped); every form's
+``--warps`` count, and, split, each kernel alone (the other launches skipped); every form's
 plan is first checked equal, buffer by buffer, to the reference planner's (exit 1 on a
 mismatch).
 """
@@ -112,7 +112,7 @@ def _mismatches(plan: object, expected: object) -> list[str]:
 def profile_case(batch: int, *, heads: int, page: int, max_kv: int, warps: Sequence[int]) -> list:
     """Rows of planner-alone timings: every form and walk warp count, split by kernel."""
     from conformance.persistent import plan_persistent_decode
-    from kernels import device_plan, planner_setup, triton_planner
+    from kernels import device_plan, planner_finish, planner_setup, triton_planner
 
     host_call = _batch(batch, heads, page, max_kv, 0)
     expected = plan_persistent_decode(**host_call)
@@ -122,7 +122,7 @@ def profile_case(batch: int, *, heads: int, page: int, max_kv: int, warps: Seque
     entries = buffers.scratch.numel() // planner_setup.SCRATCH_FIELDS.value
     lanes = max(device_plan.MIN_BLOCK, 1 << (entries - 1).bit_length())  # the walk's BLOCK
     warps = [w for w in warps if 32 * w <= lanes]  # more threads than lanes: never chosen
-    forms = {"fused": {"fused": True}, "split": {"fused": False}}
+    forms = {"fused": {"fused": True}, "split": {"fused": False, "pdl": False}}
     if torch.cuda.get_device_capability()[0] >= 9:
         forms["split-pdl"] = {"fused": False, "pdl": True}
     rows = []
@@ -141,11 +141,16 @@ def profile_case(batch: int, *, heads: int, page: int, max_kv: int, warps: Seque
             plan = device_plan.plan_on_device(**index, buffers=buffers, **keywords, **call)
             row["mismatches"] = _mismatches(plan, expected)
             row["total_us"] = _replay_ms(_graph(plans)) / CHAIN * 1e3
-            if form == "split":
-                with _skipping(triton_planner, "plan_kernel"):
-                    row["setup_kernel_us"] = _replay_ms(_graph(plans)) / CHAIN * 1e3
-                with _skipping(planner_setup, "setup_kernel"):
-                    row["walk_kernel_us"] = _replay_ms(_graph(plans)) / CHAIN * 1e3
+            kernels = {
+                "setup": (planner_setup, "setup_kernel"),
+                "walk": (triton_planner, "plan_kernel"),
+                "finish": (planner_finish, "finish_kernel"),
+            }
+            for alone in kernels if form == "split" else ():
+                with contextlib.ExitStack() as stack:
+                    for other in kernels.keys() - {alone}:
+                        stack.enter_context(_skipping(*kernels[other]))
+                    row[f"{alone}_kernel_us"] = _replay_ms(_graph(plans)) / CHAIN * 1e3
         except Exception as error:  # kept in the row; the run fails at the end
             row["mismatches"] = [f"error: {type(error).__name__}: {error}"[:200]]
             row["total_us"] = float("nan")
@@ -153,7 +158,7 @@ def profile_case(batch: int, *, heads: int, page: int, max_kv: int, warps: Seque
     return rows
 
 
-PROFILE_TITLES = "B|H|form|warps|plan µs|setup µs|walk µs|bit-identical".split("|")
+PROFILE_TITLES = "B|H|form|warps|plan µs|setup µs|walk µs|finish µs|bit-identical".split("|")
 
 
 def format_profile(rows: Sequence[dict]) -> str:
@@ -164,6 +169,7 @@ def format_profile(rows: Sequence[dict]) -> str:
             "walk_warps": str(r["walk_warps"]),
             "setup": f"{r['setup_kernel_us']:.2f}" if "setup_kernel_us" in r else "-",
             "walk": f"{r['walk_kernel_us']:.2f}" if "walk_kernel_us" in r else "-",
+            "finish": f"{r['finish_kernel_us']:.2f}" if "finish_kernel_us" in r else "-",
             "same": "yes" if not r["mismatches"] else ",".join(r["mismatches"]),
         }
         for r in rows
@@ -171,7 +177,7 @@ def format_profile(rows: Sequence[dict]) -> str:
     return fixed_width_table(
         PROFILE_TITLES,
         "{batch_size:>5} {num_heads_q:>4} {form:>9} {walk_warps:>7} {total_us:>8.2f} "
-        "{setup:>8} {walk:>8} {same:>13}",
+        "{setup:>8} {walk:>8} {finish:>9} {same:>13}",
         shown,
     )
 

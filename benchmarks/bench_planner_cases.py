@@ -3,17 +3,21 @@
 
 For every case of `benchmarks.decode.cases.PLANNER_TABLE` (every request at the case's kv
 length, page 64, q length 1, the ``triton`` profile as the ``cuda`` backend plans): the
-planner alone per plan (CUDA events over replays of a graph of `CHAIN` plans), by default
-and with the walk forced to its rounds (``chain=False``: the walk before the chain of
-snaps), the walk's round count, and the captured step (plan + decode + reduce, one graph)
-against the decode + reduce alone over a fixed plan (one graph). Every plan is first checked
-equal, buffer by buffer, to the reference planner's (exit 1 on a mismatch).
+planner alone per plan (CUDA events over replays of a graph of `CHAIN` plans), by default,
+with the walk forced to its rounds (``chain=False``: the walk before the chain of snaps)
+and, beyond `FUSED_MAX_ENTRIES` entries, with the programmatic launch set the other way
+(``planner_without_pdl_us`` where the device takes it); the walk's round count; and the
+captured step (plan + decode + reduce, one graph) against the decode + reduce alone over a
+fixed plan (one graph): the two graphs' replays interleaved, L2 flushed before each (as
+the decode benchmark times a decode), medians of `STEP_REPLAYS` each. Every plan is first
+checked equal, buffer by buffer, to the reference planner's (exit 1 on a mismatch).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +25,11 @@ import torch
 
 from benchmarks.bench_device_planner import CHAIN, _graph, _mismatches, _replay_ms, save_rows
 from benchmarks.decode.cases import KV_SCALE_FP8, PAGE_SIZE, Q_SCALE_FP8, SM_SCALE
+from benchmarks.decode.timing import FLUSH_BYTES
 from benchmarks.table import fixed_width_table
+
+STEP_REPLAYS = 30
+"""Timed replays of each of the step's two graphs (interleaved)."""
 
 
 def planner_call(heads: int, kv_format: str, batch: int, context: int) -> dict:
@@ -51,7 +59,9 @@ def planner_call(heads: int, kv_format: str, batch: int, context: int) -> dict:
 
 
 def bench_case(heads: int, kv_format: str, batch: int, context: int, *, step: bool) -> dict:
-    """One row: planner timings (default, by rounds), rounds, and the step against decode."""
+    """One row: planner timings (default, by rounds, and with the programmatic launch set
+    the other way where the plan takes three launches), rounds, and the step against
+    decode."""
     from conformance.persistent import plan_persistent_decode
     from kernels import device_plan
     from kernels.triton_mla import persistent_mla_decode
@@ -62,16 +72,21 @@ def bench_case(heads: int, kv_format: str, batch: int, context: int, *, step: bo
     index = {k: call.pop(k) for k in ("qo_indptr", "kv_indptr", "kv_last_page_lens")}
     buffers = device_plan.plan_buffers(**index, **call)
     row: dict = {"case": f"h{heads}-{kv_format}-b{batch}-L{context}"}
-    for name, chain in (("planner_us", None), ("planner_rounds_only_us", False)):
-        plan = device_plan.plan_on_device(**index, buffers=buffers, chain=chain, **call)
+    forms = {"planner_us": {}, "planner_rounds_only_us": {"chain": False}}
+    if buffers.entries > device_plan.FUSED_MAX_ENTRIES:  # three launches: the other setting
+        pdl = device_plan.programmatic_launch(index["kv_indptr"].device)
+        forms["planner_without_pdl_us" if pdl else "planner_pdl_us"] = {"pdl": not pdl}
+    for name, form in forms.items():
+        plan = device_plan.plan_on_device(**index, buffers=buffers, **form, **call)
         problems = _mismatches(plan, expected)
         if problems:
-            row["mismatches"] = problems
-        row["rounds" if chain is None else "rounds_without_chain"] = plan.host_counts()["rounds"]
+            row.setdefault("mismatches", []).extend(f"{name}: {p}" for p in problems)
+        if "pdl" not in form:
+            row["rounds" if not form else "rounds_without_chain"] = plan.host_counts()["rounds"]
 
-        def plans(chain: bool | None = chain) -> None:
+        def plans(form: dict = form) -> None:
             for _ in range(CHAIN):
-                device_plan.plan_on_device(**index, buffers=buffers, chain=chain, **call)
+                device_plan.plan_on_device(**index, buffers=buffers, **form, **call)
 
         row[name] = _replay_ms(_graph(plans)) / CHAIN * 1e3
     row.update({k: plan.host_counts()[k] for k in ("num_tiles", "num_works", "num_partials")})
@@ -102,12 +117,33 @@ def bench_case(heads: int, kv_format: str, batch: int, context: int, *, step: bo
         device_plan.plan_on_device(**index, buffers=buffers, **call)
         persistent_mla_decode(q, cache, fixed, **decode_args)
 
-    row["step_us"] = _replay_ms(_graph(whole_step)) * 1e3
     decode = _graph(lambda: persistent_mla_decode(q, cache, fixed, **decode_args))
-    row["decode_alone_us"] = _replay_ms(decode) * 1e3
+    row["step_us"], row["decode_alone_us"] = interleaved_us([_graph(whole_step), decode])
     row["step_over_decode_us"] = row["step_us"] - row["decode_alone_us"]
     row["step_over_decode"] = row["step_us"] / row["decode_alone_us"]
     return row
+
+
+def interleaved_us(
+    graphs: Sequence[torch.cuda.CUDAGraph], replays: int = STEP_REPLAYS
+) -> list[float]:
+    """Median µs per replay of each graph, the graphs replayed in turn (their order
+    alternating), L2 flushed before each replay by reading `FLUSH_BYTES`."""
+    flush = torch.ones(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    for graph in graphs:
+        graph.replay()
+    timed: list[list[tuple[torch.cuda.Event, torch.cuda.Event]]] = [[] for _ in graphs]
+    for rep in range(replays):
+        order = range(len(graphs)) if rep % 2 == 0 else reversed(range(len(graphs)))
+        for i in order:
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            flush.sum()  # a read evicts L2 without leaving dirty lines behind
+            start.record()
+            graphs[i].replay()
+            stop.record()
+            timed[i].append((start, stop))
+    torch.cuda.synchronize()
+    return [statistics.median(a.elapsed_time(b) for a, b in t) * 1e3 for t in timed]
 
 
 TITLES = "case|tiles|works|rounds|plan µs|by rounds µs|step µs|decode µs|step-decode µs".split("|")

@@ -184,6 +184,7 @@ BUILTIN_TARGETS: dict[str, Target] = {
                 "kernels/device_plan.py",
                 "kernels/planner_setup.py",
                 "kernels/planner_chain.py",
+                "kernels/planner_finish.py",
                 "kernels/triton_planner.py",
                 "kernels/paged.py",
             ),

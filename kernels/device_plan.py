@@ -14,6 +14,7 @@ reject raises that planner's `PlanError` there.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from conformance.persistent.checks import check_call_scalars, check_index_tensor
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
 from conformance.persistent.planner import plan_params, plan_persistent_decode, takes_planner_call
 from conformance.persistent.setup import PlanShape, derive_shape
-from kernels import planner_chain, planner_setup, triton_planner
+from kernels import planner_chain, planner_finish, planner_setup, triton_planner
 
 PLANNER_ENV = "MLA_TRITON_PLANNER"
 """``device`` (default) or ``host``: where a Triton builder on a CUDA device plans."""
@@ -46,6 +47,8 @@ FUSED_MAX_ENTRIES = 256
 larger ones by the setup kernel's grid first (the setup and the fill spread over programs)."""
 SETUP_BLOCK = 128
 """Entries per program of the setup kernel (one per thread of its 4 warps)."""
+FINISH_BLOCK = 128
+"""Entries per program of the finish kernel (kernels/planner_finish.py)."""
 COUNTS = ("num_works", "num_partials", "num_tiles", "status", "sum_blocks", "payload", "rounds")
 """The counts a plan writes; ``rounds``: the walk's rounds (0 when the chain found every snap)."""
 CHAIN_MAX_TILES_PER_PROGRAM = 2
@@ -71,6 +74,11 @@ class DevicePlanBuffers:
     scratch: torch.Tensor
     marks: torch.Tensor
     chain: torch.Tensor
+
+    @property
+    def entries(self) -> int:
+        """The (virtual batch x qo tile) entries these buffers plan."""
+        return self.scratch.numel() // planner_setup.SCRATCH_FIELDS.value
 
     @classmethod
     def allocate(cls, shape: PlanShape, entries: int, device: torch.device) -> DevicePlanBuffers:
@@ -202,7 +210,7 @@ def plan_on_device(
     buffers: DevicePlanBuffers | None = None,
     num_warps: int | None = None,
     fused: bool | None = None,
-    pdl: bool = False,
+    pdl: bool | None = None,
     chain: bool | None = None,
     **call: Any,
 ) -> DeviceWorkPlan:
@@ -210,10 +218,12 @@ def plan_on_device(
 
     `buffers` (from `plan_buffers`) are reused when given, else allocated. Nothing is read
     back: errors of the batch's values surface when the plan's counts are first read.
-    `fused` picks one launch (the walk kernel does the setup and the fill itself) or two
-    (the setup kernel's grid first); by default one up to `FUSED_MAX_ENTRIES` entries.
-    `num_warps` overrides the walk kernel's; `pdl` (two launches, Hopper or later) launches
-    the walk kernel as the setup kernel's programmatic dependent. `chain` forces the
+    `fused` picks one launch (the walk kernel does the setup and the fill itself) or three
+    (the setup grid, the walk, the finish grid); by default one up to `FUSED_MAX_ENTRIES`
+    entries.
+    `num_warps` overrides the walk kernel's; `pdl` (three launches, Hopper or later; by
+    default where the device takes it) launches the walk kernel as the setup kernel's
+    programmatic dependent and the finish kernel as the walk's. `chain` forces the
     chain of snaps on or off (by default on from `CHAIN_MIN_ENTRIES` entries up to
     `CHAIN_MAX_TILES_PER_PROGRAM` per program); either way the plan is the same.
     """
@@ -235,7 +245,7 @@ def plan_on_device(
     if chain is None:
         chain = CHAIN_MIN_ENTRIES <= entries <= CHAIN_MAX_TILES_PER_PROGRAM * shape.num_cu
     kblock = _kblock(shape)
-    pdl = pdl and not fused
+    pdl = (programmatic_launch(device) if pdl is None else pdl) and not fused
     batch_scalars = (
         batch,
         shape.fold_ratio,
@@ -273,17 +283,16 @@ def plan_on_device(
             PDL=pdl,
             num_warps=4,
         )
+    written = (  # what the walk and finish kernels take first, in this order
+        *(getattr(buffers, name) for name in PLAN_BUFFERS),
+        buffers.counts,
+        buffers.scratch,
+    )
     triton_planner.plan_kernel[(1,)](
         qo,
         kv,
         last,
-        buffers.work_indptr,
-        buffers.work_info_set,
-        buffers.reduce_indptr,
-        buffers.reduce_final_map,
-        buffers.reduce_partial_map,
-        buffers.counts,
-        buffers.scratch,
+        *written,
         buffers.marks,
         buffers.chain,
         *batch_scalars,
@@ -301,6 +310,7 @@ def plan_on_device(
         BLOCK=block,
         KBLOCK=kblock,
         FILL_BLOCK=1024,
+        FINISH_BLOCK=FINISH_BLOCK,
         PDL=pdl,
         CHAIN=chain,
         WINDOW=CHAIN_WINDOW,
@@ -308,7 +318,34 @@ def plan_on_device(
         num_warps=num_warps or _num_warps(block),
         launch_pdl=pdl,
     )
+    if not fused:
+        planner_finish.finish_kernel[(triton.cdiv(entries, FINISH_BLOCK),)](
+            *written,
+            buffers.marks[kblock:],  # the programs' starts, left by the walk
+            entries,
+            shape.num_cu,
+            shape.num_splits,
+            tile_scalars[0],
+            call["page_size"],
+            max_work,
+            tile_cnt,
+            pm_len,
+            PAGE1=call["page_size"] == 1,
+            BLOCK=FINISH_BLOCK,
+            NBLOCKS=triton.next_power_of_2(triton.cdiv(entries, FINISH_BLOCK)),
+            PDL=pdl,
+            num_warps=4,
+            launch_pdl=pdl,
+        )
     return DeviceWorkPlan(buffers, {**tensors, **call}, shape)
+
+
+@functools.cache
+def programmatic_launch(device: torch.device) -> bool:
+    """Whether `device` takes programmatic dependent launches (CUDA, Hopper or later)."""
+    if device.type != "cuda" or torch.version.hip is not None:
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def _setup_programs(entries: int, fill: int) -> int:

@@ -7,9 +7,10 @@ rounds run one per program, serially. Every snap lands on a tile boundary, and w
 walk goes from a boundary depends on that boundary alone, so `chain_walk` computes, for
 every boundary at once, the next snap (`round_keys` over the ``WINDOW`` tiles that follow
 it), then follows the chain from boundary 0 by pointer doubling (``LEVELS`` steps, each
-joining the boundaries reached so far to those reached 2**k snaps later; none when
-boundary 0's own next snap is unknown) and derives every tile's and program's part from
-the snap that precedes it.
+joining the boundaries reached so far to those reached 2**k snaps later) and derives every
+tile's and program's part from the snap that precedes it. The walk kernel tries the chain
+only when boundary 0's own next snap, which its first round finds, lies within the window
+(`boundary0_known`): a batch that fails there costs no more than its rounds.
 A boundary whose next snap lies beyond its window is unknown; when the chain reaches one,
 `chain_walk` reports failure and the kernel walks by rounds instead. Both give the same plan.
 
@@ -92,41 +93,18 @@ def _split_key(best):
 
 
 @triton.jit
-def chain_walk(
-    chain_ptr,
-    mark_ptr,
-    stride,
-    quotients,
-    valid,
-    scalars,
-    PAGE1: tl.constexpr,
-    BLOCK: tl.constexpr,
-    KBLOCK: tl.constexpr,
-    WINDOW: tl.constexpr,
-    LEVELS: tl.constexpr,
-):
-    """(ok, kf, cont, y, left) of the walk, as the rounds give them, when ``ok``.
+def next_snaps(chain_ptr, stride, j, scalars, PAGE1: tl.constexpr, WINDOW: tl.constexpr):
+    """Per boundary ``j`` (a vector): (P_j, r_star, snap, known, nxt, progs).
 
-    ``quotients`` = (q_p, r_p, q_pe, r_pe, q_tau, r_tau) per entry, ``scalars`` = (o, d,
-    p_total, num_cu). Uses ``mark_ptr[0:KBLOCK]`` as scratch (the caller rewrites it).
+    Its next snap from the ``WINDOW`` tiles that follow it: ``r_star`` programs before it
+    (minus one), the position ``snap``, the boundary ``nxt`` there (-1: the end) and the
+    programs ``progs`` taken; ``known``: no snap lies beyond the window before it.
     """
-    q_p, r_p, q_pe, r_pe, q_tau, r_tau = quotients
     o, d, p_total, num_cu = scalars
     big = num_cu + 1
-    e = tl.arange(0, BLOCK)
-    ein = e < stride
-    _put(chain_ptr, stride, C_QP, e, q_p, ein)
-    _put(chain_ptr, stride, C_RP, e, r_p, ein)
-    _put(chain_ptr, stride, C_QPE, e, q_pe, ein)
-    _put(chain_ptr, stride, C_RPE, e, r_pe, ein)
-    _put(chain_ptr, stride, C_QTAU, e, q_tau, ein)
-    _put(chain_ptr, stride, C_RTAU, e, r_tau, ein)
-    _put(chain_ptr, stride, C_VALID, e, valid.to(tl.int32), ein)
-    tl.debug_barrier()
-
-    # ---- every boundary's next snap, from the WINDOW tiles that follow it ---------------
-    p = q_p * d + r_p  # P_j: boundary j
-    jj = e[:, None] + tl.arange(0, WINDOW)[None, :]
+    jin = j < stride
+    p = _field(chain_ptr, stride, C_QP, j, jin, 0) * d + _field(chain_ptr, stride, C_RP, j, jin, 0)
+    jj = j[:, None] + tl.arange(0, WINDOW)[None, :]
     inw = jj < stride
     w_qp = _field(chain_ptr, stride, C_QP, jj, inw, 0)
     w_rp = _field(chain_ptr, stride, C_RP, jj, inw, 0)
@@ -145,23 +123,71 @@ def chain_walk(
     r_end = tl.maximum(floor_diff(q_n, r_n, q_b, r_b), 0)
     key_end = (tl.minimum(r_end, big).to(tl.int64) << 32) | p_total.to(tl.int64)
     r_star, snap = _split_key(tl.minimum(tl.min(keys, axis=1), key_end))
-    jw = e + WINDOW  # the first boundary past the window: no snap beyond before its step
+    jw = j + WINDOW  # the first boundary past the window: no snap beyond before its step
     q_w = _field(chain_ptr, stride, C_QP, jw, jw < stride, 0)
     r_w = _field(chain_ptr, stride, C_RP, jw, jw < stride, 0)
     known = (jw >= stride) | (r_star < tl.maximum(floor_diff(q_w, r_w, q_b, r_b), 0))
     before = tl.sum((inw & (w_qp * d + w_rp < snap[:, None])).to(tl.int32), axis=1)
-    nxt = tl.where(snap >= p_total, -1, tl.where(known, e + before, e))
+    nxt = tl.where(snap >= p_total, -1, tl.where(known, j + before, j))
     progs = tl.where(known, r_star + 1, 0)
+    return p, r_star, snap, known, nxt, progs
+
+
+@triton.jit
+def boundary0_known(r_star, p_w, o, d, stride, WINDOW: tl.constexpr):
+    """Whether boundary 0's next snap lies within the ``WINDOW`` tiles after it, as
+    `chain_walk` judges every boundary, from the walk's first round (``r_star``: its
+    programs before the snap, minus one) and ``p_w`` = P_WINDOW: no window built."""
+    bl = o + 1
+    q_b = bl // d
+    q_w = p_w // d
+    past = tl.maximum(floor_diff(q_w, p_w - q_w * d, q_b, bl - q_b * d), 0)
+    return (stride <= WINDOW) | (r_star < past)
+
+
+@triton.jit
+def chain_walk(
+    ptrs,
+    stride,
+    tiles,
+    scalars,
+    PAGE1: tl.constexpr,
+    BLOCK: tl.constexpr,
+    KBLOCK: tl.constexpr,
+    WINDOW: tl.constexpr,
+    LEVELS: tl.constexpr,
+):
+    """(ok, kf, cont, y, left) of the walk, as the rounds give them, when ``ok``.
+
+    ``ptrs`` = (chain_ptr, mark_ptr), ``tiles`` = (q_p, r_p, q_pe, r_pe, q_tau, r_tau,
+    valid, program lanes) per entry, ``scalars`` = (o, d, num_cu, P_total // d,
+    P_total % d, P_total), as the walk's rounds take them. The walk kernel calls it only
+    when `boundary0_known`. Uses ``mark_ptr[0:KBLOCK]`` as scratch (the caller rewrites it).
+    """
+    chain_ptr, mark_ptr = ptrs
+    q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, k = tiles
+    quotients = (q_p, r_p, q_pe, r_pe, q_tau, r_tau)
+    o, d, num_cu, _, _, p_total = scalars
+    big = num_cu + 1
+    e = tl.arange(0, BLOCK)
+    ein = e < stride
+    for i in tl.static_range(len(quotients)):
+        _put(chain_ptr, stride, C_QP + i, e, quotients[i], ein)
+    _put(chain_ptr, stride, C_VALID, e, valid.to(tl.int32), ein)
+    tl.debug_barrier()
+
+    # ---- every boundary's next snap, from the WINDOW tiles that follow it ---------------
+    window_scalars = (o, d, p_total, num_cu)
+    p, r_star, snap, known, nxt, progs = next_snaps(
+        chain_ptr, stride, e, window_scalars, PAGE1, WINDOW
+    )
     _put(chain_ptr, stride, C_RSTAR, e, r_star, ein)
     _put(chain_ptr, stride, C_SNAP, e, snap, ein)
 
     # ---- the chain from boundary 0: after level k, every boundary 2**(k+1) - 1 snaps on
     seen = (e == 0).to(tl.int32)
     start = tl.zeros([BLOCK], tl.int32)
-    # no level when boundary 0's next snap is unknown: the rounds walk the batch
-    growing = tl.sum(tl.where(e == 0, known.to(tl.int32), 0), axis=0) > 0
-    level = 0
-    while growing & (level < LEVELS):
+    for _ in range(LEVELS):
         tl.debug_barrier()
         _put(chain_ptr, stride, C_NEXT, e, nxt, ein)
         _put(chain_ptr, stride, C_PROGS, e, progs, ein)
@@ -179,7 +205,6 @@ def chain_walk(
         start = _field(chain_ptr, stride, C_START, e, ein, 0)
         nxt = tl.where(nxt >= 0, nxt2, -1)
         progs = progs + progs2
-        level += 1
     real = ein & (seen != 0) & (start < num_cu) & (p < p_total)
     ok = tl.max((real & ~known).to(tl.int32), axis=0) == 0
     last = real & ((start + r_star + 1 >= num_cu) | (snap >= p_total))
@@ -208,7 +233,6 @@ def chain_walk(
     cont = tl.where(split, tl.minimum(r_hi, rs_o - 1) - r_lo + 1, 0)
 
     # ---- per program: where it starts --------------------------------------------------
-    k = tl.arange(0, KBLOCK)
     tl.store(mark_ptr + k, tl.full([KBLOCK], -1, tl.int32))
     tl.debug_barrier()
     tl.store(mark_ptr + start, e, mask=real)

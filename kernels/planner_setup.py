@@ -15,7 +15,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
-# Scratch fields, field-major. 0-7 and 15-17: written by the setup; 8-14: by the walk.
+# Scratch fields, field-major. 0-7 and 15-17: written by the setup; 8-14: by the one-program
+# walk; 12, 13 and 18-21: by the walk for the finish grid (kernels/planner_finish.py).
 F_VB = tl.constexpr(0)
 F_QS = tl.constexpr(1)
 F_QE = tl.constexpr(2)
@@ -34,7 +35,11 @@ F_FRESH = tl.constexpr(14)
 F_COST = tl.constexpr(15)  # blocks + overhead of a valid tile, else 0
 F_FLAG = tl.constexpr(16)  # FLAG_BAD | FLAG_BIG | FLAG_VALID
 F_TAU = tl.constexpr(17)  # page 1: where a tile's tail starts to be absorbed, minus P_i
-SCRATCH_FIELDS = tl.constexpr(18)
+F_P = tl.constexpr(18)  # P_i: the prefix sum of the costs before the tile
+F_SUM_GV = tl.constexpr(19)  # 19-21: per block of tiles, the sums of `planner_finish.tile_sums`
+F_SUM_GP = tl.constexpr(20)
+F_SUM_PW = tl.constexpr(21)
+SCRATCH_FIELDS = tl.constexpr(22)
 FLAG_BAD = tl.constexpr(1)  # the entry's batch breaks a rule the reference checks
 FLAG_BIG = tl.constexpr(2)  # its block count reaches MAX_COST
 FLAG_VALID = tl.constexpr(4)  # a real tile (not padding)

@@ -38,22 +38,13 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_wait
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kernels import planner_chain as pc
+from kernels import planner_finish as pf
 from kernels import planner_setup as ps
 
 STATUS_BITS = {1: "bad input", 2: "tiles left over", 4: "buffer too small", 8: "cost overflow"}
-
-
-@triton.jit
-def _kv_offset(ke, kve, last, page_size, PAGE1: tl.constexpr):
-    """Tokens of the batch after page ``ke`` (AITER's kv_offset)."""
-    if PAGE1:
-        off = kve - ke
-    else:
-        off = tl.where(ke == kve, 0, (kve - ke - 1) * page_size + last)
-    return off
 
 
 @triton.jit
@@ -62,19 +53,6 @@ def _fill(ptr, start, stop, value, BLOCK: tl.constexpr):
     for off in range(0, stop, BLOCK):
         idx = off + tl.arange(0, BLOCK)
         tl.store(ptr + idx, tl.full([BLOCK], value, tl.int32), mask=(idx >= start) & (idx < stop))
-
-
-@triton.jit
-def _store_work(wis_ptr, w, mask, vb, loc, qs, qe, ks, ke, off):
-    row = wis_ptr + w * 8
-    tl.store(row + 0, vb, mask=mask)
-    tl.store(row + 1, loc, mask=mask)
-    tl.store(row + 2, qs, mask=mask)
-    tl.store(row + 3, qe, mask=mask)
-    tl.store(row + 4, ks, mask=mask)
-    tl.store(row + 5, ke, mask=mask)
-    tl.store(row + 6, off, mask=mask)
-    tl.store(row + 7, tl.zeros_like(vb), mask=mask)
 
 
 @triton.jit
@@ -88,6 +66,45 @@ def _or_add(a0, a1, b0, b1):
 
 
 @triton.jit
+def _or_add_add(a0, a1, a2, b0, b1, b2):
+    return a0 | b0, a1 + b1, a2 + b2
+
+
+@triton.jit
+def _round(s, a, kf, cont, y, left, tiles, scalars, PAGE1: tl.constexpr):
+    """One round from the program ``s`` starting at ``a``: the walk to the next snap.
+
+    Returns (s, a, kf, cont, y, left) after it and its ``r_star`` (programs before the
+    snap, minus one); ``tiles`` = (q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, k),
+    ``scalars`` = (o, d, num_cu, q_n, r_n, p_total).
+    """
+    q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, k = tiles
+    o, d, num_cu, q_n, r_n, p_total = scalars
+    big = num_cu + 1
+    q_b, r_b, r_lo, r_hi, has_t, key = pc.round_keys(
+        a, o, d, big, q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, PAGE1
+    )
+    r_end = tl.maximum(pc.floor_diff(q_n, r_n, q_b, r_b), 0)
+    key_end = (tl.minimum(r_end, big).to(tl.int64) << 32) | p_total.to(tl.int64)
+    best = tl.minimum(tl.min(key, axis=0), key_end)
+    r_star64 = best >> 32
+    r_star = r_star64.to(tl.int32)
+    snap = (best - (r_star64 << 32)).to(tl.int32)
+    left |= (r_star >= num_cu - s).to(tl.int32)
+    q_a = a // d
+    r_a = a - q_a * d
+    pj = q_p * d + r_p
+    here = valid & (pj >= a) & (pj < snap)
+    kf = tl.where(here, s + tl.minimum(pc.floor_diff(q_p, r_p, q_a, r_a), r_star), kf)
+    split = has_t & (r_lo < r_star)
+    cont = tl.where(split, tl.minimum(r_hi, r_star - 1) - r_lo + 1, cont)
+    in_run = (k >= s) & (k <= s + r_star)
+    y = tl.where(in_run, a + (k - s) * d, y)
+    y = tl.where(k == s + r_star + 1, snap, y)
+    return s + r_star + 1, snap, kf, cont, y, left, r_star
+
+
+@triton.jit
 def _get(scratch_ptr, stride, field, e, mask, other):
     return tl.load(scratch_ptr + field * stride + e, mask=mask, other=other)
 
@@ -95,11 +112,6 @@ def _get(scratch_ptr, stride, field, e, mask, other):
 @triton.jit
 def _add2(a0, a1, b0, b1):
     return a0 + b0, a1 + b1
-
-
-@triton.jit
-def _add3(a0, a1, a2, b0, b1, b2):
-    return a0 + b0, a1 + b1, a2 + b2
 
 
 # The batch's scalars change every step: specializing on them (Triton keys a compile on an
@@ -146,6 +158,7 @@ def plan_kernel(
     BLOCK: tl.constexpr,
     KBLOCK: tl.constexpr,
     FILL_BLOCK: tl.constexpr,
+    FINISH_BLOCK: tl.constexpr,
     PDL: tl.constexpr,
     CHAIN: tl.constexpr,
     WINDOW: tl.constexpr,
@@ -153,6 +166,7 @@ def plan_kernel(
 ):
     if PDL:  # launched early (programmatic dependent launch): the setup kernel must end first
         gdc_wait()
+        gdc_launch_dependents()  # the finish grid may launch (it waits for this program)
     gran = 1 << gran_shift
     o = overhead
     # ---- per entry (virtual batch, tile): the setup's fields, computed or loaded --------
@@ -163,14 +177,7 @@ def plan_kernel(
         tiling_of = (gran_shift, page_size, causal, tiling, folded_tail)
         fields = ps.tile_fields(e, qo_ptr, kv_ptr, last_ptr, batch, tiling_of, PAGE1)
         vb, q_start, q_end, kvb, kv_stop, kve, last, tsize, cost, flag, tau = fields
-    else:
-        vb = _get(scratch_ptr, stride, ps.F_VB, e, in_range, 0)
-        q_start = _get(scratch_ptr, stride, ps.F_QS, e, in_range, 0)
-        q_end = _get(scratch_ptr, stride, ps.F_QE, e, in_range, 0)
-        kvb = _get(scratch_ptr, stride, ps.F_KVB, e, in_range, 0)
-        kv_stop = _get(scratch_ptr, stride, ps.F_STOP, e, in_range, 0)
-        kve = _get(scratch_ptr, stride, ps.F_KVE, e, in_range, 0)
-        last = _get(scratch_ptr, stride, ps.F_LAST, e, in_range, 1)
+    else:  # the walk needs these four; the finish grid loads the rest
         tsize = _get(scratch_ptr, stride, ps.F_TS, e, in_range, 0)
         cost = _get(scratch_ptr, stride, ps.F_COST, e, in_range, 0)
         flag = _get(scratch_ptr, stride, ps.F_FLAG, e, in_range, 0)
@@ -178,7 +185,12 @@ def plan_kernel(
     valid = (flag & ps.FLAG_VALID) != 0
 
     # ---- costs, their prefix sum, and its quotients by the payload ---------------------
-    flags, total64 = tl.reduce((flag, cost.to(tl.int64)), 0, _or_add)
+    if CHAIN:  # P_WINDOW too, for the chain's test at boundary 0
+        p_w = tl.where(e < WINDOW, cost, 0)
+        flags, total64, p_w = tl.reduce((flag, cost.to(tl.int64), p_w), 0, _or_add_add)
+    else:
+        flags, total64 = tl.reduce((flag, cost.to(tl.int64)), 0, _or_add)
+        p_w = 0
     bad_any = ((flags & ps.FLAG_BAD) != 0).to(tl.int32)
     bad_any |= (tl.load(kv_ptr) != 0).to(tl.int32) | (tl.load(qo_ptr) != 0).to(tl.int32)
     overflow = (total64 >= ps.MAX_COST) | ((flags & ps.FLAG_BIG) != 0)
@@ -199,112 +211,133 @@ def plan_kernel(
     q_n = p_total // d
     r_n = p_total - q_n * d
 
-    # ---- the snaps: all at once along a chain of boundaries, else one round per snap -----
-    quotients = (q_p, r_p, q_pe, r_pe, q_tau, r_tau)
+    # ---- the snaps: one round per snap, or all at once along a chain of boundaries ------
     k = tl.arange(0, KBLOCK)
-    if CHAIN:
-        scalars = (o, d, p_total, num_cu)
-        walked = pc.chain_walk(
-            chain_ptr,
-            mark_ptr,
-            stride,
-            quotients,
-            valid,
-            scalars,
-            PAGE1,
-            BLOCK,
-            KBLOCK,
-            WINDOW,
-            LEVELS,
-        )
-        chained, kf_c, cont_c, y_c, left_c = walked
-    else:
-        chained = tl.full([], 0, tl.int1)
-        kf_c = tl.zeros([BLOCK], tl.int32)
-        cont_c = kf_c
-        y_c = tl.zeros([KBLOCK], tl.int32)
-        left_c = tl.full([], 0, tl.int32)
     kf = tl.zeros([BLOCK], tl.int32)  # program of a tile's first work
     cont = tl.zeros([BLOCK], tl.int32)  # its further works (fragments)
     y = tl.zeros([KBLOCK], tl.int32)  # where each program starts (cost space)
-    big = num_cu + 1
     s = tl.full([], 0, tl.int32)
     a = tl.full([], 0, tl.int32)
     left = tl.full([], 0, tl.int32)
     rounds = tl.full([], 0, tl.int32)
+    tiles = (q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, k)
+    scalars = (o, d, num_cu, q_n, r_n, p_total)
+    chained = tl.full([], 0, tl.int1)
+    kf_c = kf
+    cont_c = cont
+    y_c = y
+    left_c = left
+    if (num_cu > 0) & (p_total > 0):  # the first round, and from it whether to try the chain
+        s, a, kf, cont, y, left, r_star = _round(s, a, kf, cont, y, left, tiles, scalars, PAGE1)
+        rounds = 1
+        if CHAIN:
+            if pc.boundary0_known(r_star, p_w, o, d, stride, WINDOW):
+                ptrs = (chain_ptr, mark_ptr)
+                walked = pc.chain_walk(
+                    ptrs, stride, tiles, scalars, PAGE1, BLOCK, KBLOCK, WINDOW, LEVELS
+                )
+                chained, kf_c, cont_c, y_c, left_c = walked
     while (s < num_cu) & (a < p_total) & (~chained):
-        q_b, r_b, r_lo, r_hi, has_t, key = pc.round_keys(
-            a, o, d, big, q_p, r_p, q_pe, r_pe, q_tau, r_tau, valid, PAGE1
-        )
-        r_end = tl.maximum(pc.floor_diff(q_n, r_n, q_b, r_b), 0)
-        key_end = (tl.minimum(r_end, big).to(tl.int64) << 32) | p_total.to(tl.int64)
-        best = tl.minimum(tl.min(key, axis=0), key_end)
-        r_star64 = best >> 32
-        r_star = r_star64.to(tl.int32)
-        snap = (best - (r_star64 << 32)).to(tl.int32)
-        left |= (r_star >= num_cu - s).to(tl.int32)
-        q_a = a // d
-        r_a = a - q_a * d
-        pj = q_p * d + r_p
-        here = valid & (pj >= a) & (pj < snap)
-        kf = tl.where(here, s + tl.minimum(pc.floor_diff(q_p, r_p, q_a, r_a), r_star), kf)
-        split = has_t & (r_lo < r_star)
-        cont = tl.where(split, tl.minimum(r_hi, r_star - 1) - r_lo + 1, cont)
-        in_run = (k >= s) & (k <= s + r_star)
-        y = tl.where(in_run, a + (k - s) * d, y)
-        y = tl.where(k == s + r_star + 1, snap, y)
-        s = s + r_star + 1
-        a = snap
+        s, a, kf, cont, y, left, r_star = _round(s, a, kf, cont, y, left, tiles, scalars, PAGE1)
         rounds += 1
     left |= (a < p_total).to(tl.int32)
     kf = tl.where(chained, kf_c, kf)
     cont = tl.where(chained, cont_c, cont)
     y = tl.where(chained, y_c, y)
     left = tl.where(chained, left_c, left)
+    rounds = tl.where(chained, 0, rounds)
     tl.store(mark_ptr + KBLOCK + k, y, mask=k <= num_cu)  # program starts, for the gathers
     tl.store(mark_ptr + k, tl.full([KBLOCK], -1, tl.int32), mask=k < num_cu)
 
-    # ---- per tile: counts, prefix sums, first works -------------------------------------
+    # ---- per tile: counts, running sums, first works -------------------------------------
     p = q_p * d + r_p
-    g = tl.where(valid, 1 + cont, 0)  # works
-    gp = tl.where(cont > 0, g, 0)  # partials
-    pw = gp * tsize  # partial rows
-    vi = valid.to(tl.int32)  # tiles
-    # works and tiles scanned as one word: fewer than 2**15 works and 2**16 tiles (the
-    # host bounds entries and programs), so the low half never carries into the high one
-    gv = (g << 16) + vi
-    gv_first, red_first, loc_first = tl.associative_scan((gv, gp, pw), 0, _add3)
-    gv_first -= gv
-    w_first = gv_first >> 16
-    tile_id = gv_first & 0xFFFF
-    red_first -= gp
-    loc_first -= pw
+    gv, gp, pw = pf.tile_sums(valid, cont, tsize)
     gv_all, num_partials = tl.reduce((gv, gp), 0, _add2)
     num_works = gv_all >> 16
     num_tiles = gv_all & 0xFFFF
     too_small = (num_works > max_work) | (num_partials > pm_len) | (num_tiles > tile_cnt)
-    tl.debug_barrier()
-    is_split = valid & (cont > 0)
-    y_here = tl.load(mark_ptr + KBLOCK + kf, mask=valid & (kf <= num_cu), other=-1)
-    y_next = tl.load(mark_ptr + KBLOCK + kf + 1, mask=is_split & (kf < num_cu), other=0)
-    fresh = valid & (y_here == p)
-    base = y_next - p  # blocks of a split tile's first fragment
+    if FUSED:
+        _tiles_and_programs(
+            (wip_ptr, wis_ptr, rip_ptr, rfm_ptr, rpm_ptr),
+            (scratch_ptr, mark_ptr),
+            (vb, q_start, q_end, kvb, kv_stop, kve, last, tsize),
+            (valid, kf, cont, p, gv, gp, pw),
+            (num_works, num_partials, num_tiles),
+            (max_work, tile_cnt, pm_len, num_cu, d, stride, gran, page_size),
+            PAGE1,
+            BLOCK,
+            KBLOCK,
+            FILL_BLOCK,
+        )
+    else:  # handed to the finish grid: kf, cont, P_i per tile, the sums per block of tiles
+        ps.put_fields(scratch_ptr, stride, ps.F_KF, e, (kf, cont), in_range)
+        ps.put_fields(scratch_ptr, stride, ps.F_P, e, (p,), in_range)
+        nb = tl.arange(0, BLOCK // FINISH_BLOCK)
+        nb_in = nb * FINISH_BLOCK < stride
+        for i in tl.static_range(3):
+            block_sums = tl.sum(
+                tl.reshape((gv, gp, pw)[i], (BLOCK // FINISH_BLOCK, FINISH_BLOCK)), axis=1
+            )
+            tl.store(scratch_ptr + (ps.F_SUM_GV + i) * stride + nb, block_sums, mask=nb_in)
+        # programs past the last one with work; the grid writes those before it
+        used = tl.max(tl.where(valid, kf + cont + 1, 0), axis=0)
+        tl.store(
+            wip_ptr + k, tl.full([KBLOCK], 0, tl.int32) + num_works, mask=(k >= used) & (k < num_cu)
+        )
+        tl.store(wip_ptr + num_cu, num_works)
+    status = bad_any | (left << 1) | (too_small.to(tl.int32) << 2) | (overflow.to(tl.int32) << 3)
+    tl.store(counts_ptr + 0, num_works)
+    tl.store(counts_ptr + 1, num_partials)
+    tl.store(counts_ptr + 2, num_tiles)
+    tl.store(counts_ptr + 3, status)
+    tl.store(counts_ptr + 4, p_total)  # sum_blocks (blocks plus overhead of every tile)
+    tl.store(counts_ptr + 5, (p_total + num_splits - 1) // num_splits + o)  # payload
+    tl.store(counts_ptr + 6, rounds)  # 0 when the chain found every snap
 
-    ke_first = tl.where(is_split, tl.minimum(kvb + base * gran, kv_stop), kv_stop)
-    loc = tl.where(is_split, loc_first, -1)
-    ok = valid & (w_first < max_work)
-    off_first = _kv_offset(ke_first, kve, last, page_size, PAGE1)
-    _store_work(wis_ptr, w_first, ok, vb, loc, q_start, q_end, kvb, ke_first, off_first)
-    rfm_ok = valid & (tile_id < tile_cnt)
-    tl.store(rip_ptr + tile_id + 1, red_first + gp, mask=rfm_ok)
-    tl.store(rfm_ptr + tile_id * 2, tl.where(is_split, q_start, -1), mask=rfm_ok)
-    tl.store(rfm_ptr + tile_id * 2 + 1, tl.where(is_split, q_end, -1), mask=rfm_ok)
-    tl.store(rpm_ptr + red_first, loc_first, mask=is_split & (red_first < pm_len))
+
+@triton.jit
+def _tiles_and_programs(
+    ptrs,
+    work_ptrs,
+    tile,
+    walked,
+    totals,
+    sizes,
+    PAGE1: tl.constexpr,
+    BLOCK: tl.constexpr,
+    KBLOCK: tl.constexpr,
+    FILL_BLOCK: tl.constexpr,
+):
+    """The one-program form's writes: every tile's first work, every program's
+    ``work_indptr`` entry and continuation fragment, and every unused entry."""
+    wip_ptr, wis_ptr, rip_ptr, rfm_ptr, rpm_ptr = ptrs
+    scratch_ptr, mark_ptr = work_ptrs
+    vb, q_start, q_end, kvb, kv_stop, kve, last, tsize = tile
+    valid, kf, cont, p, gv, gp, pw = walked
+    num_works, num_partials, num_tiles = totals
+    max_work, tile_cnt, pm_len, num_cu, d, stride, gran, page_size = sizes
+    e = tl.arange(0, BLOCK)
+    k = tl.arange(0, KBLOCK)
+    gv_first, red_first, loc_first = tl.associative_scan((gv, gp, pw), 0, pf.add3)
+    gv_first -= gv
+    w_first = gv_first >> 16
+    red_first -= gp
+    loc_first -= pw
+    tl.debug_barrier()
+    firsts = (w_first, gv_first & 0xFFFF, red_first, loc_first, gp)
+    is_split, fresh, base = pf.first_works(
+        (wis_ptr, rip_ptr, rfm_ptr, rpm_ptr, mark_ptr + KBLOCK),
+        (vb, q_start, q_end, kvb, kv_stop, kve, last),
+        (valid, kf, cont, p),
+        firsts,
+        (max_work, tile_cnt, pm_len),
+        (num_cu, gran, page_size),
+        PAGE1,
+    )
 
     # scratch for the programs' gathers, and the program marks
-    if FUSED:  # the setup's fields of a split tile, for the continuations' gathers
-        static = (vb, q_start, q_end, kvb, kv_stop, kve, last, tsize)
-        ps.put_fields(scratch_ptr, stride, ps.F_VB, e, static, is_split)
+    static = (vb, q_start, q_end, kvb, kv_stop, kve, last, tsize)
+    ps.put_fields(scratch_ptr, stride, ps.F_VB, e, static, is_split)
     ps.put_fields(scratch_ptr, stride, ps.F_BASE, e, (base, loc_first, red_first), is_split)
     dynamic = (w_first, kf, cont, fresh.to(tl.int32))
     ps.put_fields(scratch_ptr, stride, ps.F_W, e, dynamic, is_split | fresh)
@@ -342,32 +375,14 @@ def plan_kernel(
     c_ke = tl.where(dd == o_cont, c_stop, tl.minimum(c_kvb + (c_base + dd * d) * gran, c_stop))
     c_loc = c_loc0 + dd * c_ts
     c_w = o_w + dd
-    _store_work(
-        wis_ptr,
-        c_w,
-        cont_here & (c_w < max_work),
-        c_vb,
-        c_loc,
-        c_qs,
-        c_qe,
-        c_ks,
-        c_ke,
-        _kv_offset(c_ke, c_kve, c_last, page_size, PAGE1),
-    )
+    c_off = pf.kv_offset(c_ke, c_kve, c_last, page_size, PAGE1)
+    here = cont_here & (c_w < max_work)
+    pf.store_work(wis_ptr, c_w, here, c_vb, c_loc, c_qs, c_qe, c_ks, c_ke, c_off)
     tl.store(rpm_ptr + c_red0 + dd, c_loc, mask=cont_here & (c_red0 + dd < pm_len))
 
     # ---- every entry the plan does not use --------------------------------------------
     tl.store(rip_ptr, 0)
     _fill(rip_ptr, num_tiles + 1, tile_cnt + 1, num_partials, FILL_BLOCK)
-    if FUSED:  # else the setup kernel set these buffers to -1 whole
-        _fill(rfm_ptr, num_tiles * 2, tile_cnt * 2, -1, FILL_BLOCK)
-        _fill(rpm_ptr, num_partials, pm_len, -1, FILL_BLOCK)
-        _fill(wis_ptr, num_works * 8, max_work * 8, -1, FILL_BLOCK)
-    status = bad_any | (left << 1) | (too_small.to(tl.int32) << 2) | (overflow.to(tl.int32) << 3)
-    tl.store(counts_ptr + 0, num_works)
-    tl.store(counts_ptr + 1, num_partials)
-    tl.store(counts_ptr + 2, num_tiles)
-    tl.store(counts_ptr + 3, status)
-    tl.store(counts_ptr + 4, p_total)  # sum_blocks (blocks plus overhead of every tile)
-    tl.store(counts_ptr + 5, (p_total + num_splits - 1) // num_splits + o)  # payload
-    tl.store(counts_ptr + 6, rounds)  # 0 when the chain found every snap
+    _fill(rfm_ptr, num_tiles * 2, tile_cnt * 2, -1, FILL_BLOCK)
+    _fill(rpm_ptr, num_partials, pm_len, -1, FILL_BLOCK)
+    _fill(wis_ptr, num_works * 8, max_work * 8, -1, FILL_BLOCK)

@@ -77,7 +77,8 @@ prof = rows("device_planner_profile.json")
 lines = ["# Device planner profile", "",
          "µs per plan, 50 plans in one CUDA graph (medians of CUDA events).", "",
          "| B | heads | former | default | fused | split | split-pdl | setup kernel | walk kernel "
-         "| best (form, warps) | step ÷ decode |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+         "| finish kernel | best (form, warps) | step ÷ decode |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for key in sorted({(r["batch_size"], r["num_heads_q"]) for r in prof}, key=lambda k: (k[1], k[0])):
     mine = [r for r in prof if (r["batch_size"], r["num_heads_q"]) == key]
     f = next(r for r in mine if r["form"] == "fused" and r["walk_warps"] == "default")
@@ -91,6 +92,7 @@ for key in sorted({(r["batch_size"], r["num_heads_q"]) for r in prof}, key=lambd
         f"| {cell(n, 'planner_us_per_plan_in_graph')} | {f['total_us']:.2f} | {s['total_us']:.2f} "
         f"| {cell(p, 'total_us')} "
         f"| {cell(s, 'setup_kernel_us')} | {cell(s, 'walk_kernel_us')} "
+        f"| {cell(s, 'finish_kernel_us')} "
         f"| {best['total_us']:.2f} ({best['form']}, {best['walk_warps']}) "
         f"| {cell(n, 'step_over_decode', '{:.3f}')} |")
 bad = [r for r in prof if r["mismatches"]]

@@ -27,6 +27,8 @@ if not ON_GPU:
 
 pytest.importorskip("triton", reason="triton is not installed; the device planner needs it")
 
+import kernels.planner_chain as pc  # noqa: E402
+import kernels.planner_finish as pf  # noqa: E402
 import kernels.planner_setup as ps  # noqa: E402
 import kernels.triton_planner as tp  # noqa: E402
 from conformance.errors import PlanError  # noqa: E402
@@ -38,8 +40,8 @@ from kernels import device_plan  # noqa: E402
 from plancall import decode_scalars, plan_args  # noqa: E402
 
 if not ON_GPU and type(tp.plan_kernel).__name__ != "InterpretedFunction":
-    ps = importlib.reload(ps)  # imported earlier without the interpreter: decorate again
-    tp = importlib.reload(tp)
+    # imported earlier without the interpreter: decorate again, callees first
+    ps, pc, pf, tp = (importlib.reload(m) for m in (ps, pc, pf, tp))
 
 pytestmark = pytest.mark.selftest
 
@@ -50,9 +52,9 @@ COUNT_NAMES = ("num_works", "num_partials", "num_tiles")
 HOPPER = ON_GPU and torch.version.hip is None and torch.cuda.get_device_capability()[0] >= 9
 FORMS = [
     pytest.param({"fused": True}, id="one-launch"),
-    pytest.param({"fused": False}, id="setup-grid"),
+    pytest.param({"fused": False, "pdl": False}, id="setup-grid"),
     pytest.param({"fused": True, "chain": True}, id="one-launch-chain"),
-    pytest.param({"fused": False, "chain": True}, id="setup-grid-chain"),
+    pytest.param({"fused": False, "pdl": False, "chain": True}, id="setup-grid-chain"),
     pytest.param({"fused": True, "chain": False}, id="one-launch-rounds"),
     pytest.param(
         {"fused": False, "pdl": True},
@@ -163,6 +165,90 @@ def test_the_chain_finds_every_snap_of_a_batch_that_snaps_at_every_program(heads
         assert not plan_differences(plan, expected)
         rounds[chain] = plan.host_counts()["rounds"]
     assert rounds == {True: 0, False: 8}
+
+
+def pages_call(pages: list[int], num_cus: int) -> dict[str, Any]:
+    """`uniform_call`'s batch (16 heads, last pages full) with these page counts."""
+    call = uniform_call(len(pages), 64, 16, num_cus)
+    call["kv_indptr"] = torch.tensor([0, *itertools.accumulate(pages)], dtype=torch.int32)
+    return call
+
+
+@pytest.mark.parametrize(
+    ("pages", "num_cus", "tried", "rounds"),
+    [
+        ([1] * 8 + [41] * 3 + [1], 3, False, 1),  # program 0 spans 8 tiles: boundary 0 unknown
+        ([20] * 4 + [1] * 8, 5, True, 5),  # boundaries 0-3 known, the short tiles' not
+        ([16] * 8, 8, True, 0),  # a snap at every program: the chain finds them all
+    ],
+    ids=["unknown-at-0", "unknown-later", "whole-chain"],
+)
+def test_the_chain_is_tried_only_when_boundary_0_snaps_within_its_window(
+    pages: list[int], num_cus: int, tried: bool, rounds: int
+) -> None:
+    """Forced on, the chain is tried (it writes every boundary's next snap into the chain
+    buffer, poisoned beforehand) only when boundary 0's next snap lies within
+    `CHAIN_WINDOW` tiles; tried or not, failed or not, the plan is the reference's."""
+    call = pages_call(pages, num_cus)
+    expected = plan_persistent_decode(**call)
+    for fused in (True, False):
+        buffers = device_plan.plan_buffers(**on_device(call))
+        buffers.chain.fill_(7)
+        plan = device_plan.plan_on_device(
+            **on_device(call), buffers=buffers, chain=True, fused=fused
+        )
+        assert not plan_differences(plan, expected)
+        assert plan.host_counts()["rounds"] == rounds
+        entries = buffers.chain.numel() // pc.CHAIN_FIELDS.value
+        r_star = buffers.chain[pc.C_RSTAR.value * entries :][:entries].cpu()
+        assert bool((r_star != 7).any()) == tried, f"chain tried: {not tried}, expected {tried}"
+
+
+def grid_calls(count: int) -> list[tuple[dict[str, Any], WorkPlan]]:
+    """Random calls of 257-700 entries (more than one finish program), with splits."""
+    rng = random.Random(5)
+    calls = []
+    while len(calls) < count:
+        call = random_call(rng, large=True)
+        batch = rng.choice([130, 200, 300])
+        page = call["page_size"]
+        tokens = [max(4, rng.randint(1, 400)) for _ in range(batch)]
+        for i in rng.sample(range(batch), 3):  # a few requests over several programs
+            tokens[i] = rng.randint(5000, 40000)
+        pages = [(n + page - 1) // page for n in tokens]
+        sq = call["max_seqlen_qo"] if call["uni_seqlen_qo"] > 0 else 1
+        call.update(
+            qo_indptr=torch.arange(batch + 1, dtype=torch.int32) * sq,
+            kv_indptr=torch.tensor([0, *itertools.accumulate(pages)], dtype=torch.int32),
+            kv_last_page_lens=torch.tensor(
+                [n - (p - 1) * page for n, p in zip(tokens, pages, strict=True)],
+                dtype=torch.int32,
+            ),
+            max_seqlen_qo=sq,
+            uni_seqlen_qo=sq,
+            num_cus=rng.choice([7, 24, 80]),
+        )
+        try:
+            expected = plan_persistent_decode(**call)
+        except PlanError:
+            continue
+        if device_plan.FUSED_MAX_ENTRIES < device_plan.plan_buffers(**call).entries <= 700:
+            calls.append((call, expected))
+    return calls
+
+
+def test_the_finish_grid_writes_whole_plans_of_large_batches() -> None:
+    """Beyond `FUSED_MAX_ENTRIES` entries (the default form: setup, walk, finish grid),
+    over poisoned buffers, the plan equals the reference whole: every block of tiles takes
+    its running sums from the blocks before it, and split tiles' fragments cross blocks."""
+    splits = 0
+    for call, expected in grid_calls(8):
+        plan = device_plan.plan_on_device(**on_device(call), buffers=poisoned_buffers(call))
+        problems = plan_differences(plan, expected)
+        scalars = {k: v for k, v in call.items() if not isinstance(v, torch.Tensor)}
+        assert not problems, f"{scalars}:\n  " + "\n  ".join(problems)
+        splits += int(expected.num_partials > 0)
+    assert splits > 0, "no batch split a tile: the continuation fragments went untested"
 
 
 def golden_ids() -> list[str]:
