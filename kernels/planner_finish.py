@@ -106,27 +106,11 @@ _RUNTIME_SCALARS += ("max_work", "tile_cnt", "pm_len")
 
 @triton.jit(do_not_specialize=_RUNTIME_SCALARS)
 def finish_kernel(
-    wip_ptr,
-    wis_ptr,
-    rip_ptr,
-    rfm_ptr,
-    rpm_ptr,
-    counts_ptr,
-    scratch_ptr,
-    starts_ptr,
-    stride,
-    num_cu,
-    num_splits,
-    gran_shift,
-    page_size,
-    max_work,
-    tile_cnt,
-    pm_len,
-    PAGE1: tl.constexpr,
-    BLOCK: tl.constexpr,
-    NBLOCKS: tl.constexpr,
-    PDL: tl.constexpr,
-):
+    wip_ptr, wis_ptr, rip_ptr, rfm_ptr, rpm_ptr, counts_ptr,  # the plan's buffers
+    scratch_ptr, starts_ptr,  # the walk's per-tile results and per-block sums
+    stride, num_cu, num_splits, gran_shift, page_size, max_work, tile_cnt, pm_len,
+    PAGE1: tl.constexpr, BLOCK: tl.constexpr, NBLOCKS: tl.constexpr, PDL: tl.constexpr,
+):  # fmt: skip
     """Grid: one program per ``BLOCK`` tiles (``NBLOCKS``: their count, a power of two up).
 
     ``PDL``: launched as the walk kernel's programmatic dependent; waits for it first.

@@ -152,6 +152,54 @@ def _store_block(
 
 
 @gluon.jit
+def _block_start(
+    q_ptr, kv_ptr, kv_indices_ptr, q_lat, q_rope, kv_lat, kv_rope,
+    m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group,
+    q_begin, q_len, kv_len, page_begin, tok_lo, tok_hi,
+    stride_q_tok, stride_q_head, stride_kv_block, stride_kv_slot,
+    PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    D_V: gl.constexpr, D_R: gl.constexpr, LOAD: gl.constexpr, S_ROW: gl.constexpr,
+):  # fmt: skip
+    """A block's start: Q and tiles 0 .. STAGES - 2 issued (``cp.async``, Q's group first).
+
+    Returns each row's token limit (in `S_ROW`), the block's limit, its tile count, and the
+    offsets and mask of tile STAGES - 1, the next to issue.
+    """
+    LOAD_ROW: gl.constexpr = gl.SliceLayout(1, LOAD)
+    cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
+    cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
+    row_ok, _, _, token, head = _rows(
+        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, LOAD_ROW
+    )
+    q_row = token.to(gl.int64) * stride_q_tok + head.to(gl.int64) * stride_q_head
+    q_base = q_ptr + q_row[:, None]
+    _cp_async(q_lat, q_base + cols_v[None, :], mask=row_ok[:, None])
+    _cp_async(q_rope, q_base + D_V + cols_r[None, :], mask=row_ok[:, None])
+    async_copy.commit_group()
+    row_hi_load = _row_limit(token, q_begin, q_len, kv_len, tok_hi, CAUSAL)
+    block_hi = gl.max(gl.where(row_ok, row_hi_load, tok_lo), axis=0)
+    num_tiles = gl.cdiv(gl.maximum(block_hi - tok_lo, 0), BLOCK_N)
+
+    _, _, _, s_token, _ = _rows(
+        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, S_ROW
+    )
+    row_hi = _row_limit(s_token, q_begin, q_len, kv_len, tok_hi, CAUSAL)
+
+    # Tiles 0 .. STAGES - 2 in flight (a tile past the end loads nothing).
+    for t in gl.static_range(STAGES - 1):
+        slot, ok = _slot_offsets(
+            kv_indices_ptr, page_begin, tok_lo + t * BLOCK_N, block_hi,
+            stride_kv_block, stride_kv_slot, BLOCK_N, PAGE_SIZE, LOAD_ROW,
+        )  # fmt: skip
+        _issue_tile(kv_ptr, slot, ok, kv_lat.index(t), kv_rope.index(t), D_V, D_R, LOAD)
+    next_slot, next_ok = _slot_offsets(
+        kv_indices_ptr, page_begin, tok_lo + (STAGES - 1) * BLOCK_N, block_hi,
+        stride_kv_block, stride_kv_slot, BLOCK_N, PAGE_SIZE, LOAD_ROW,
+    )  # fmt: skip
+    return row_hi, block_hi, num_tiles, next_slot, next_ok
+
+
+@gluon.jit
 def gluon_mla_decode_kernel(
     q_ptr, kv_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
     work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr, kv_last_page_lens_ptr,
@@ -191,8 +239,6 @@ def gluon_mla_decode_kernel(
         work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
         sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
     )  # fmt: skip
-    cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
-    cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
     s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
 
     for w in range(work_begin, work_end):
@@ -205,34 +251,12 @@ def gluon_mla_decode_kernel(
         )  # fmt: skip
 
         for m0 in range(0, num_rows, BLOCK_M):
-            # Q of the block into shared memory (its own cp.async group, the first).
-            row_ok, _, _, token, head = _rows(
-                m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, LOAD_ROW
-            )
-            q_row = token.to(gl.int64) * stride_q_tok + head.to(gl.int64) * stride_q_head
-            q_base = q_ptr + q_row[:, None]
-            _cp_async(q_lat, q_base + cols_v[None, :], mask=row_ok[:, None])
-            _cp_async(q_rope, q_base + D_V + cols_r[None, :], mask=row_ok[:, None])
-            async_copy.commit_group()
-            row_hi_load = _row_limit(token, q_begin, q_len, kv_len, tok_hi, CAUSAL)
-            block_hi = gl.max(gl.where(row_ok, row_hi_load, tok_lo), axis=0)
-            num_tiles = gl.cdiv(gl.maximum(block_hi - tok_lo, 0), BLOCK_N)
-
-            _, _, _, s_token, _ = _rows(
-                m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, S_ROW
-            )
-            row_hi = _row_limit(s_token, q_begin, q_len, kv_len, tok_hi, CAUSAL)
-
-            # Prologue: tiles 0 .. STAGES - 2 in flight (a tile past the end loads nothing).
-            for t in gl.static_range(STAGES - 1):
-                slot, ok = _slot_offsets(
-                    kv_indices_ptr, page_begin, tok_lo + t * BLOCK_N, block_hi,
-                    stride_kv_block, stride_kv_slot, BLOCK_N, PAGE_SIZE, LOAD_ROW,
-                )  # fmt: skip
-                _issue_tile(kv_ptr, slot, ok, kv_lat.index(t), kv_rope.index(t), D_V, D_R, LOAD)
-            next_slot, next_ok = _slot_offsets(
-                kv_indices_ptr, page_begin, tok_lo + (STAGES - 1) * BLOCK_N, block_hi,
-                stride_kv_block, stride_kv_slot, BLOCK_N, PAGE_SIZE, LOAD_ROW,
+            row_hi, block_hi, num_tiles, next_slot, next_ok = _block_start(
+                q_ptr, kv_ptr, kv_indices_ptr, q_lat, q_rope, kv_lat, kv_rope,
+                m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group,
+                q_begin, q_len, kv_len, page_begin, tok_lo, tok_hi,
+                stride_q_tok, stride_q_head, stride_kv_block, stride_kv_slot,
+                PAGE_SIZE, CAUSAL, BLOCK_N, STAGES, D_V, D_R, LOAD, S_ROW,
             )  # fmt: skip
 
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, S_ROW)
