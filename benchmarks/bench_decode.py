@@ -82,6 +82,13 @@ def _flashinfer(impls: list[str]) -> tuple[Any, dict[str, Any]]:
     return FlashInferPeer(mla, version, "cuda"), {"available": True, "version": version}
 
 
+def _command(argv: Sequence[str]) -> str:
+    """The command line as recorded: the output folder named ``OUT`` (no machine path)."""
+    words = [("--out=OUT" if w.startswith("--out=") else w) for w in argv]
+    words = ["OUT" if i and words[i - 1] == "--out" else w for i, w in enumerate(words)]
+    return " ".join(["python -m benchmarks.bench_decode", *words])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit status."""
     args = _parse(argv)
@@ -137,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     timer = Timer(budget_ms=args.budget_ms)
     payload: dict[str, Any] = {
         "date": _dt.date.today().isoformat(),
-        "command": "python -m benchmarks.bench_decode " + " ".join(argv or sys.argv[1:]),
+        "command": _command(argv or sys.argv[1:]),
         "environment": env,
         "ceilings": ceilings.as_dict() | raw,
         "flashinfer": fi_status,

@@ -187,7 +187,8 @@ def markdown(payload: dict[str, Any]) -> str:
         "Decode configs used: "
         + ", ".join(f"{k}: {v}" for k, v in payload.get("decode_configs", {}).items()),
         "",
-        "Hopper (Gluon kernel) configs, used instead where they apply (sm_90, bf16 q and KV): "
+        "Hopper (Gluon kernel) configs, used instead where they apply (sm_90; bf16 q and KV at 64 "
+        "rows, e4m3 q and KV at up to 64): "
         + (", ".join(f"{k}: {v}" for k, v in payload.get("hopper_configs", {}).items()) or "none"),
         "",
         "ours ÷ peer below 1.00: ours is faster (bold: slower). % of floor: the roofline floor "

@@ -27,6 +27,16 @@ def test_without_cuda_it_says_so_and_exits_0(
     assert "needs a CUDA device" in out and "nothing was run" in out
 
 
+def test_the_recorded_command_names_no_output_path() -> None:
+    # The results files are committed: the output folder is recorded as OUT, in both forms.
+    assert bench_decode._command(["--out", "/scratch/run1", "--quick"]) == (
+        "python -m benchmarks.bench_decode --out OUT --quick"
+    )
+    assert bench_decode._command(["--out=/scratch/run1"]) == (
+        "python -m benchmarks.bench_decode --out=OUT"
+    )
+
+
 def test_unknown_impl_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         bench_decode.main(["--impls", "triton,flashinfer_fa4"])
