@@ -1,5 +1,6 @@
 """The Hopper decode in Gluon (Triton's layout-explicit dialect): `decode_kernel` for bf16
-q and KV, `fp8_kernel` for e4m3 (``float8_e4m3fn``) q and KV.
+q and KV, `fp8_kernel` for e4m3 (``float8_e4m3fn``) q and KV, `ws_kernel` a warp-specialized
+bf16 one (a config with ``WS: 1`` selects it; off by default).
 
 `usable` says whether a launch can take one of them: an sm_90 GPU, a Triton with Gluon's
 Hopper module, not under the interpreter, no earlier failure to compile (`disable`: Gluon is
@@ -68,8 +69,13 @@ def is_e4m3(dtype: torch.dtype) -> bool:
     return dtype == getattr(torch, "float8_e4m3fn", None)
 
 
-def kernel(kv_dtype: torch.dtype = torch.bfloat16) -> Any:
-    """The Gluon decode kernel for a cache of `kv_dtype` (imports Gluon)."""
+def kernel(kv_dtype: torch.dtype = torch.bfloat16, ws: bool = False) -> Any:
+    """The Gluon decode kernel for a cache of `kv_dtype` (imports Gluon); with `ws`, the
+    warp-specialized bf16 one (`ws_kernel`)."""
+    if ws:
+        from kernels.gluon_mla.ws_kernel import gluon_mla_ws_decode_kernel
+
+        return gluon_mla_ws_decode_kernel
     if is_e4m3(kv_dtype):
         from kernels.gluon_mla.fp8_kernel import gluon_mla_fp8_decode_kernel
 

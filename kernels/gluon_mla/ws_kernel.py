@@ -1,0 +1,464 @@
+"""The warp-specialized MLA decode for Hopper in Gluon: a loader warpgroup and two consumer
+warpgroups that take turns scoring 64-token tiles, so one's softmax runs under the other's MMAs.
+
+The same arguments and contract as `kernels.gluon_mla.decode_kernel` (the plan's work loop,
+row packing, paging, causal limits, partial and final rows), for 64 packed rows per block,
+bf16 q and bf16 KV, ``STAGES = 2`` KV buffers. Launched with 4 warps (consumer 0, the
+default partition) plus two worker partitions of 4 warps: consumer 1 and the loader.
+
+- The loader copies Q (once per block) and the KV tiles (``cp.async``, one page lookup per
+  token, any page size) into shared memory, and signals each landed tile on an mbarrier.
+- Consumer ``a`` owns the output columns ``[256 a, 256 a + 256)`` and the tiles ``j`` with
+  ``j % 2 == a``. For its tile it computes ``S = Q Kᵀ`` (all 576 features), the softmax
+  from the running row max the other consumer handed over, writes P (bf16, e4m3-rounded
+  first with `P_FP8`) and the new max to shared memory, signals them, and multiplies its own
+  P (from registers) by its half of V. For the other's tile it rescales by the handed-over
+  max and multiplies the shared P by its half of V. It issues the score of its next tile
+  before it waits for the other's P, so the tensor cores score one tile while the other
+  consumer runs the softmax of the previous one.
+- Each consumer keeps the row sum of its own tiles; the two are added once at the end of a
+  block (through shared memory) and each consumer stores its half of O (consumer 0 the LSE).
+
+Shared memory: Q 72 KiB, two KV stages 144 KiB, one P buffer 8 KiB, the handed-over max
+and the row sums 0.75 KiB, 10 mbarriers. Every buffer's reuse is ordered by the mbarriers
+(`kv_ready`/`kv_free` per stage, `q_ready`/`q_free`, `p_ready` per consumer, `l_ready` per
+block parity); every waiter's phase is counted from the uses of that barrier so far.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    async_copy,
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_init,
+    warpgroup_mma_wait,
+)
+
+from kernels.gluon_mla.decode_kernel import (
+    BLOCK_M,
+    _cp_async,
+    _cta_barrier,
+    _issue_tile,
+    _row_limit,
+    _rows,
+    _scores,
+    _slot_offsets,
+)
+from kernels.triton_mla.work import _program_slice, _work_span
+
+CHUNK = gl.constexpr(16)  # rows a loader pass copies (16 x 576 bf16: 9 vectors a thread)
+PART_WARPS = gl.constexpr(4)  # warps of each partition (one warpgroup)
+CONSUMER_REGS = gl.constexpr(232)  # registers a thread of consumer 1 (O half: 128)
+LOADER_REGS = gl.constexpr(40)  # registers a loader thread
+# Gluon's `warp_specialize` took (default args, default fn, worker args, worker fns, warps,
+# regs) up to Triton 3.5 and a list of (fn, args) pairs, warps, regs from 3.6 on.
+_WS_PAIRS = gl.constexpr("functions_and_args" in inspect.signature(gl.warp_specialize).parameters)
+
+
+@gluon.jit
+def _block_bounds(
+    m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, q_begin, q_len, kv_len,
+    tok_lo, tok_hi, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, ROW: gl.constexpr,
+):  # fmt: skip
+    """(each row's token limit in `ROW`, the block's limit, its tile count)."""
+    row_ok, _, _, token, _ = _rows(
+        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, ROW
+    )
+    row_hi = _row_limit(token, q_begin, q_len, kv_len, tok_hi, CAUSAL)
+    block_hi = gl.max(gl.where(row_ok, row_hi, tok_lo), axis=0)
+    num_tiles = gl.cdiv(gl.maximum(block_hi - tok_lo, 0), BLOCK_N)
+    return row_hi, block_hi, num_tiles
+
+
+@gluon.jit
+def _tile_use(j, c0, c1):
+    """How many times tile `j`'s stage (and its owner's P) was filled before it."""
+    return gl.where(j % 2 == 0, c0, c1) + j // 2
+
+
+@gluon.jit
+def _loader(
+    q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free,
+    q_ptr, kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
+    kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head, stride_kv_block,
+    stride_kv_slot, heads_per_work, fold_ratio, seq_q,
+    PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D_V: gl.constexpr,
+    D_R: gl.constexpr, GROUP_MODE: gl.constexpr, FAULT: gl.constexpr,
+):  # fmt: skip
+    """The loader partition: Q per block, then every KV tile into stage ``j % 2``."""
+    LOAD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PART_WARPS, 1], [1, 0])
+    LOAD_ROW: gl.constexpr = gl.SliceLayout(1, LOAD)
+    cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
+    cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
+    if GROUP_MODE == 0:
+        pid = gl.program_id(0)
+        grp = 0
+    else:
+        pid = gl.program_id(1)
+        grp = gl.program_id(0)
+    work_begin = gl.load(work_indptr_ptr + pid)
+    work_end = gl.load(work_indptr_ptr + pid + 1)
+    c0 = 0  # fills of stage 0 so far (stage 1: c1); blocks so far: blk
+    c1 = 0
+    blk = 0
+    for w in range(work_begin, work_end):
+        (
+            _, qo_start, group, _, q_begin, q_len, page_begin, _, kv_len, tok_lo, tok_hi,
+            num_rows,
+        ) = _work_span(
+            work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
+            heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
+        )  # fmt: skip
+        for m0 in range(0, num_rows, BLOCK_M):
+            _row_hi, block_hi, num_tiles = _block_bounds(
+                m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, q_begin,
+                q_len, kv_len, tok_lo, tok_hi, CAUSAL, BLOCK_N, LOAD_ROW,
+            )  # fmt: skip
+            mbarrier.wait(q_free, (blk & 1) ^ 1)  # both consumers are done with the last Q
+            for r in gl.static_range(BLOCK_M // CHUNK):
+                rows = m0 + r * CHUNK + gl.arange(0, CHUNK, layout=LOAD_ROW)
+                row_ok = rows < num_rows
+                vrow = qo_start + rows // heads_per_work
+                token = (vrow // (fold_ratio * seq_q)) * seq_q + vrow % seq_q
+                head = group * heads_per_work + rows % heads_per_work
+                q_row = token.to(gl.int64) * stride_q_tok + head.to(gl.int64) * stride_q_head
+                q_base = q_ptr + q_row[:, None]
+                _cp_async(q_lat.slice(r * CHUNK, CHUNK), q_base + cols_v[None, :],
+                          mask=row_ok[:, None])  # fmt: skip
+                _cp_async(q_rope.slice(r * CHUNK, CHUNK), q_base + D_V + cols_r[None, :],
+                          mask=row_ok[:, None])  # fmt: skip
+            async_copy.commit_group()
+            async_copy.wait_group(0)
+            fence_async_shared()
+            _cta_barrier()
+            mbarrier.arrive(q_ready)
+            for j in range(num_tiles):
+                stage = j % 2
+                mbarrier.wait(kv_free.index(stage), (_tile_use(j, c0, c1) & 1) ^ 1)
+                for r in gl.static_range(BLOCK_N // CHUNK):
+                    slot, ok = _slot_offsets(
+                        kv_indices_ptr, page_begin, tok_lo + j * BLOCK_N + r * CHUNK, block_hi,
+                        stride_kv_block, stride_kv_slot, CHUNK, PAGE_SIZE, LOAD_ROW,
+                    )  # fmt: skip
+                    _issue_tile(
+                        kv_ptr, slot, ok, kv_lat.index(stage).slice(r * CHUNK, CHUNK),
+                        kv_rope.index(stage).slice(r * CHUNK, CHUNK), D_V, D_R, LOAD,
+                    )  # fmt: skip
+                async_copy.wait_group(0)
+                fence_async_shared()
+                _cta_barrier()
+                mbarrier.arrive(kv_ready.index(stage))
+            c0 += (num_tiles + 1) // 2
+            c1 += num_tiles // 2
+            blk += 1
+
+
+@gluon.jit
+def _release(bar):
+    """This partition's arrival on `bar`, once all its warps got there."""
+    _cta_barrier()
+    mbarrier.arrive(bar)
+
+
+@gluon.jit
+def _others_pv(
+    o, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, j, use, WG: gl.constexpr,
+    HALF: gl.constexpr, S_ROW: gl.constexpr, O_ROW: gl.constexpr,
+):  # fmt: skip
+    """The other consumer's tile `j` on this half: once it handed over P_j and the max
+    through j, rescale O and ΣP to that max and issue ``P_j V_j`` (asynchronous)."""
+    mbarrier.wait(p_ready.index(j % 2), use & 1)
+    m_new = m_smem.load(S_ROW)
+    alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
+    o = o * gl.convert_layout(alpha, O_ROW)[:, None]
+    v_half = kv_lat.index(j % 2).slice(WG * HALF, HALF, dim=1)
+    return warpgroup_mma(p_smem, v_half, o, is_async=True), m_new, l_i * alpha
+
+
+@gluon.jit
+def _consumer(
+    WG: gl.constexpr, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem,
+    kv_ready, kv_free, q_ready, q_free, p_ready, l_ready,
+    out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr,
+    kv_last_page_lens_ptr, qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value,
+    kv_scale_value, sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok,
+    stride_lse_head, stride_po_row, stride_po_head, stride_pl_row, stride_pl_head,
+    heads_per_work, fold_ratio, seq_q,
+    PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D_V: gl.constexpr,
+    P_FP8: gl.constexpr, SCALES_IN_MEMORY: gl.constexpr, GROUP_MODE: gl.constexpr,
+    FAULT: gl.constexpr,
+):  # fmt: skip
+    """Consumer `WG` (0 or 1): its tiles' scores and softmax, and its half of ``P V``."""
+    HALF: gl.constexpr = D_V // 2
+    S_L: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[PART_WARPS, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    O_L: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[PART_WARPS, 1], instr_shape=[16, HALF, 16]
+    )
+    P_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)
+    S_ROW: gl.constexpr = gl.SliceLayout(1, S_L)
+    O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
+
+    grp, work_begin, work_end, kv_scale, score_scale = _program_slice(
+        work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
+        sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
+    )  # fmt: skip
+    s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
+    c0 = 0
+    c1 = 0
+    blk = 0
+    for w in range(work_begin, work_end):
+        (
+            partial_loc, qo_start, group, part_head, q_begin, q_len, _, _, kv_len, tok_lo, tok_hi,
+            num_rows,
+        ) = _work_span(
+            work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
+            heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
+        )  # fmt: skip
+        for m0 in range(0, num_rows, BLOCK_M):
+            row_hi, _, num_tiles = _block_bounds(
+                m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, q_begin,
+                q_len, kv_len, tok_lo, tok_hi, CAUSAL, BLOCK_N, S_ROW,
+            )  # fmt: skip
+            m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, S_ROW)  # max through tile j
+            l_i = gl.zeros([BLOCK_M], gl.float32, S_ROW)  # ΣP of this consumer's tiles
+            o = warpgroup_mma_init(gl.zeros([BLOCK_M, HALF], gl.float32, O_L))  # in flight
+            mbarrier.wait(q_ready, blk & 1)
+            for t in range(WG, num_tiles, 2):
+                # The other's tile t - 1 (if any): release tile t - 2 (own, its P V done),
+                # issue S_t, then (once the other handed over P) P V_{t-1} on this half.
+                if t > 0:
+                    o_now = warpgroup_mma_wait(0, deps=(o,))
+                    if t > 1:
+                        _release(kv_free.index(t % 2))
+                    mbarrier.wait(kv_ready.index(t % 2), _tile_use(t, c0, c1) & 1)
+                    s = _scores(q_lat, q_rope, kv_lat.index(t % 2), kv_rope.index(t % 2), S_L,
+                                BLOCK_N)  # fmt: skip
+                    o, m_i, l_i = _others_pv(
+                        o_now, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, t - 1,
+                        _tile_use(t - 1, c0, c1), WG, HALF, S_ROW, O_ROW,
+                    )  # fmt: skip
+                else:
+                    mbarrier.wait(kv_ready.index(0), c0 & 1)
+                    s = _scores(q_lat, q_rope, kv_lat.index(0), kv_rope.index(0), S_L, BLOCK_N)
+                # Own tile t: S_t and P V_{t-1} done (release tile t - 1); the softmax, P and
+                # the max handed over; P V_t on this half, P from registers.
+                o_now, s_now = warpgroup_mma_wait(0, deps=(o, s))
+                if t > 0:
+                    _release(kv_free.index((t - 1) % 2))
+                scores = s_now * score_scale
+                pos = tok_lo + t * BLOCK_N + s_cols
+                scores = gl.where(pos[None, :] < row_hi[:, None], scores, float("-inf"))
+                m_new = gl.maximum(m_i, gl.max(scores, axis=1))
+                m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
+                alpha = gl.exp2(m_i - m_ref)
+                p = gl.exp2(scores - m_ref[:, None])
+                if P_FP8:
+                    p16 = p.to(gl.float8e4nv).to(gl.bfloat16)
+                else:
+                    p16 = p.to(gl.bfloat16)
+                l_i = l_i * alpha + gl.sum(p16.to(gl.float32), axis=1)
+                m_i = m_new
+                p_smem.store(p16)
+                m_smem.store(m_new)
+                fence_async_shared()
+                _release(p_ready.index(WG))
+                o_now = o_now * gl.convert_layout(alpha, O_ROW)[:, None]
+                v_half = kv_lat.index(t % 2).slice(WG * HALF, HALF, dim=1)
+                o = warpgroup_mma(gl.convert_layout(p16, P_OP), v_half, o_now, is_async=True)
+            # The block's last tile: the other's (its P V here), or own (P V_last in flight).
+            last = num_tiles - 1
+            o_now = warpgroup_mma_wait(0, deps=(o,))
+            if last >= 0:
+                if last % 2 != WG:
+                    if last > 0:
+                        _release(kv_free.index((last - 1) % 2))
+                    o, m_i, l_i = _others_pv(
+                        o_now, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, last,
+                        _tile_use(last, c0, c1), WG, HALF, S_ROW, O_ROW,
+                    )  # fmt: skip
+                    o_now = warpgroup_mma_wait(0, deps=(o,))
+                _release(kv_free.index(last % 2))
+            _release(q_free)
+            # The two row sums, added: each consumer's through shared memory.
+            l_smem.index((blk % 2) * 2 + WG).store(l_i)
+            _release(l_ready.index(blk % 2))
+            mbarrier.wait(l_ready.index(blk % 2), (blk // 2) & 1)
+            l_tot = l_i + l_smem.index((blk % 2) * 2 + 1 - WG).load(S_ROW)
+            _store_half(
+                o_now, m_i, l_tot, kv_scale, m0, num_rows, qo_start, heads_per_work, fold_ratio,
+                seq_q, group, partial_loc, part_head, out_ptr + WG * HALF, lse_ptr,
+                part_o_ptr + WG * HALF, part_lse_ptr, stride_o_tok, stride_o_head,
+                stride_lse_tok, stride_lse_head, stride_po_row, stride_po_head, stride_pl_row,
+                stride_pl_head, WG == 0, HALF, O_L,
+            )  # fmt: skip
+            c0 += (num_tiles + 1) // 2
+            c1 += num_tiles // 2
+            blk += 1
+
+
+@gluon.jit
+def _store_half(
+    o, m_i, l_i, kv_scale, m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group,
+    partial_loc, part_head, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, stride_o_tok,
+    stride_o_head, stride_lse_tok, stride_lse_head, stride_po_row, stride_po_head, stride_pl_row,
+    stride_pl_head, WITH_LSE: gl.constexpr, WIDTH: gl.constexpr, O_L: gl.constexpr,
+):  # fmt: skip
+    """A consumer's `WIDTH` columns of the block's rows, normalised (times kv_scale): final O
+    (`out_ptr` points at its first column) or a partial's; the LSE too with `WITH_LSE`."""
+    O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
+    o_cols = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, O_L))
+    l_o = gl.convert_layout(l_i, O_ROW)
+    m_o = gl.convert_layout(m_i, O_ROW)
+    seen = l_o > 0.0
+    inv_l = gl.where(seen, kv_scale / gl.where(seen, l_o, 1.0), 0.0)
+    out_o = o * inv_l[:, None]
+    lse = gl.where(
+        seen, (m_o + gl.log2(gl.where(seen, l_o, 1.0))) / 1.4426950408889634, float("-inf")
+    )
+    o_ok, o_vrow, o_head_local, o_token, o_head = _rows(
+        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, O_ROW
+    )
+    if partial_loc < 0:
+        o_row = o_token.to(gl.int64) * stride_o_tok + o_head.to(gl.int64) * stride_o_head
+        gl.store(
+            out_ptr + o_row[:, None] + o_cols[None, :],
+            out_o.to(out_ptr.dtype.element_ty),
+            mask=o_ok[:, None],
+        )
+        if WITH_LSE:
+            l_off = o_token.to(gl.int64) * stride_lse_tok + o_head.to(gl.int64) * stride_lse_head
+            gl.store(lse_ptr + l_off, lse, mask=o_ok)
+    else:
+        prow = (partial_loc + o_vrow - qo_start).to(gl.int64)
+        phead = (part_head + o_head_local).to(gl.int64)
+        po_row = prow * stride_po_row + phead * stride_po_head
+        gl.store(part_o_ptr + po_row[:, None] + o_cols[None, :], out_o, mask=o_ok[:, None])
+        if WITH_LSE:
+            gl.store(part_lse_ptr + prow * stride_pl_row + phead * stride_pl_head, lse, mask=o_ok)
+
+
+@gluon.jit
+def gluon_mla_ws_decode_kernel(
+    q_ptr, kv_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+    work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr, kv_last_page_lens_ptr,
+    qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value, sm_scale_log2,
+    stride_q_tok, stride_q_head, stride_kv_block, stride_kv_slot, stride_o_tok, stride_o_head,
+    stride_lse_tok, stride_lse_head, stride_po_row, stride_po_head, stride_pl_row,
+    stride_pl_head, heads_per_work, fold_ratio, seq_q,
+    PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    D_V: gl.constexpr, D_R: gl.constexpr, P_FP8: gl.constexpr, SCALES_IN_MEMORY: gl.constexpr,
+    GROUP_MODE: gl.constexpr, FAULT: gl.constexpr,
+):  # fmt: skip
+    gl.static_assert(STAGES == 2, "the warp-specialized decode keeps two KV stages")
+    gl.static_assert(gl.num_warps() == PART_WARPS, "launch it with num_warps=4")
+    Q_LAT_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_V], gl.bfloat16)
+    Q_ROPE_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_R], gl.bfloat16)
+    KV_LAT_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], gl.bfloat16)
+    KV_ROPE_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_R], gl.bfloat16)
+    P_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.bfloat16)
+    FLAT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])  # rows of floats
+    BAR: gl.constexpr = mbarrier.MBarrierLayout()
+
+    q_lat = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, D_V], Q_LAT_SL)
+    q_rope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, D_R], Q_ROPE_SL)
+    kv_lat = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, D_V], KV_LAT_SL)
+    kv_rope = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, D_R], KV_ROPE_SL)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_N], P_SL)
+    m_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M], FLAT)
+    l_smem = gl.allocate_shared_memory(gl.float32, [4, BLOCK_M], FLAT)  # [2 block parity + WG]
+    kv_ready = gl.allocate_shared_memory(gl.int64, [2, 1], BAR)
+    kv_free = gl.allocate_shared_memory(gl.int64, [2, 1], BAR)
+    p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], BAR)
+    l_ready = gl.allocate_shared_memory(gl.int64, [2, 1], BAR)
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], BAR)
+    q_free = gl.allocate_shared_memory(gl.int64, [1], BAR)
+    for i in gl.static_range(2):
+        mbarrier.init(kv_ready.index(i), count=1)
+        mbarrier.init(kv_free.index(i), count=2)
+        mbarrier.init(p_ready.index(i), count=1)
+        mbarrier.init(l_ready.index(i), count=2)
+    mbarrier.init(q_ready, count=1)
+    mbarrier.init(q_free, count=2)
+    fence_async_shared()
+    _cta_barrier()
+
+    # The partitions' arguments are written out in each call: a tuple held in a variable
+    # would turn its constexprs into tensors.
+    if _WS_PAIRS:
+        gl.warp_specialize(
+            [
+                (_consumer, (
+                    0, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem, kv_ready, kv_free,
+                    q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                    work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
+                    qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
+                    sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+                    stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
+                    fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, D_V, P_FP8, SCALES_IN_MEMORY,
+                    GROUP_MODE, FAULT,
+                )),
+                (_consumer, (
+                    1, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem, kv_ready, kv_free,
+                    q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                    work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
+                    qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
+                    sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+                    stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
+                    fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, D_V, P_FP8, SCALES_IN_MEMORY,
+                    GROUP_MODE, FAULT,
+                )),
+                (_loader, (
+                    q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free, q_ptr,
+                    kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
+                    kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head,
+                    stride_kv_block, stride_kv_slot, heads_per_work, fold_ratio, seq_q, PAGE_SIZE,
+                    CAUSAL, BLOCK_N, D_V, D_R, GROUP_MODE, FAULT,
+                )),
+            ],
+            [PART_WARPS, PART_WARPS],
+            [CONSUMER_REGS, LOADER_REGS],
+        )  # fmt: skip
+    else:
+        gl.warp_specialize(
+            (
+                0, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem, kv_ready, kv_free,
+                q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
+                qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
+                sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+                stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
+                fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, D_V, P_FP8, SCALES_IN_MEMORY,
+                GROUP_MODE, FAULT,
+            ),
+            _consumer,
+            [
+                (
+                    1, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem, kv_ready, kv_free,
+                    q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                    work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
+                    qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
+                    sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+                    stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
+                    fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, D_V, P_FP8, SCALES_IN_MEMORY,
+                    GROUP_MODE, FAULT,
+                ),
+                (
+                    q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free, q_ptr,
+                    kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
+                    kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head,
+                    stride_kv_block, stride_kv_slot, heads_per_work, fold_ratio, seq_q, PAGE_SIZE,
+                    CAUSAL, BLOCK_N, D_V, D_R, GROUP_MODE, FAULT,
+                ),
+            ],
+            [_consumer, _loader],
+            [PART_WARPS, PART_WARPS],
+            [CONSUMER_REGS, LOADER_REGS],
+        )  # fmt: skip
