@@ -31,6 +31,7 @@ def tune(*, timer: Timer, num_sms: int, keys: Sequence[tuple[int, str]]) -> dict
     """Time every candidate config on its shapes; install the fastest in DECODE_CONFIGS."""
     import torch
 
+    from kernels import gluon_mla
     from kernels import triton_mla as tm
 
     report: dict[str, Any] = {}
@@ -52,6 +53,8 @@ def tune(*, timer: Timer, num_sms: int, keys: Sequence[tuple[int, str]]) -> dict
                     ).run
                     out, lse = run()
                     torch.cuda.synchronize()
+                    if kernel_cfg and kernel_cfg.get("WS") and gluon_mla.ws_disabled_reason():
+                        raise RuntimeError(f"WS fell back: {gluon_mla.ws_disabled_reason()}")
                     entry |= errors(out, lse, ref_rows, ref_out, ref_lse)
                     entry |= timer(run)
                 except Exception as exc:  # a config that does not compile or run

@@ -25,6 +25,7 @@ BLOCK_M = 64
 
 
 _disabled: list[str] = []  # why the Gluon decode failed to compile here, once it has
+_ws_disabled: list[str] = []  # why the warp-specialized one did
 
 
 def disable(reason: str) -> None:
@@ -62,6 +63,22 @@ def usable(q: torch.Tensor, kv_cache: torch.Tensor, block_m: int, interpreted: b
         return False
     index = q.device.index if q.device.index is not None else torch.cuda.current_device()
     return _is_hopper(index) and gluon_importable()
+
+
+def disable_ws(reason: str) -> None:
+    """No launch takes the warp-specialized decode any more in this process."""
+    _ws_disabled.append(reason)
+
+
+def ws_disabled_reason() -> str | None:
+    """Why the warp-specialized decode was disabled, or None."""
+    return _ws_disabled[0] if _ws_disabled else None
+
+
+def ws_usable(q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
+    """Whether a launch the Gluon decode takes can take the warp-specialized one: bf16 q and
+    KV (its rows are those of `usable`: 64 packed), not disabled."""
+    return not _ws_disabled and q.dtype == kv_cache.dtype == torch.bfloat16
 
 
 def is_e4m3(dtype: torch.dtype) -> bool:

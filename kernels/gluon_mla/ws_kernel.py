@@ -27,8 +27,6 @@ block parity); every waiter's phase is counted from the uses of that barrier so 
 
 from __future__ import annotations
 
-import inspect
-
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -56,9 +54,6 @@ CHUNK = gl.constexpr(16)  # rows a loader pass copies (16 x 576 bf16: 9 vectors 
 PART_WARPS = gl.constexpr(4)  # warps of each partition (one warpgroup)
 CONSUMER_REGS = gl.constexpr(232)  # registers a thread of consumer 1 (O half: 128)
 LOADER_REGS = gl.constexpr(40)  # registers a loader thread
-# Gluon's `warp_specialize` took (default args, default fn, worker args, worker fns, warps,
-# regs) up to Triton 3.5 and a list of (fn, args) pairs, warps, regs from 3.6 on.
-_WS_PAIRS = gl.constexpr("functions_and_args" in inspect.signature(gl.warp_specialize).parameters)
 
 
 @gluon.jit
@@ -390,45 +385,12 @@ def gluon_mla_ws_decode_kernel(
     fence_async_shared()
     _cta_barrier()
 
-    # The partitions' arguments are written out in each call: a tuple held in a variable
-    # would turn its constexprs into tensors.
-    if _WS_PAIRS:
-        gl.warp_specialize(
-            [
-                (_consumer, (
-                    0, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem, kv_ready, kv_free,
-                    q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                    work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
-                    qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
-                    sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
-                    stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
-                    fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, D_V, P_FP8, SCALES_IN_MEMORY,
-                    GROUP_MODE, FAULT,
-                )),
-                (_consumer, (
-                    1, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem, kv_ready, kv_free,
-                    q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                    work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
-                    qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
-                    sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
-                    stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
-                    fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, D_V, P_FP8, SCALES_IN_MEMORY,
-                    GROUP_MODE, FAULT,
-                )),
-                (_loader, (
-                    q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free, q_ptr,
-                    kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
-                    kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head,
-                    stride_kv_block, stride_kv_slot, heads_per_work, fold_ratio, seq_q, PAGE_SIZE,
-                    CAUSAL, BLOCK_N, D_V, D_R, GROUP_MODE, FAULT,
-                )),
-            ],
-            [PART_WARPS, PART_WARPS],
-            [CONSUMER_REGS, LOADER_REGS],
-        )  # fmt: skip
-    else:
-        gl.warp_specialize(
-            (
+    # Gluon's `warp_specialize` as of Triton 3.6: (fn, args) pairs, the default partition's
+    # first; worker warps and registers. The arguments are written out in each call: a tuple
+    # held in a variable would turn its constexprs into tensors.
+    gl.warp_specialize(
+        [
+            (_consumer, (
                 0, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem, kv_ready, kv_free,
                 q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
                 work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
@@ -437,28 +399,25 @@ def gluon_mla_ws_decode_kernel(
                 stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
                 fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, D_V, P_FP8, SCALES_IN_MEMORY,
                 GROUP_MODE, FAULT,
-            ),
-            _consumer,
-            [
-                (
-                    1, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem, kv_ready, kv_free,
-                    q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                    work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
-                    qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
-                    sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
-                    stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
-                    fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, D_V, P_FP8, SCALES_IN_MEMORY,
-                    GROUP_MODE, FAULT,
-                ),
-                (
-                    q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free, q_ptr,
-                    kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
-                    kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head,
-                    stride_kv_block, stride_kv_slot, heads_per_work, fold_ratio, seq_q, PAGE_SIZE,
-                    CAUSAL, BLOCK_N, D_V, D_R, GROUP_MODE, FAULT,
-                ),
-            ],
-            [_consumer, _loader],
-            [PART_WARPS, PART_WARPS],
-            [CONSUMER_REGS, LOADER_REGS],
-        )  # fmt: skip
+            )),
+            (_consumer, (
+                1, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem, kv_ready, kv_free,
+                q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
+                qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
+                sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+                stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
+                fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, D_V, P_FP8, SCALES_IN_MEMORY,
+                GROUP_MODE, FAULT,
+            )),
+            (_loader, (
+                q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free, q_ptr,
+                kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
+                kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head,
+                stride_kv_block, stride_kv_slot, heads_per_work, fold_ratio, seq_q, PAGE_SIZE,
+                CAUSAL, BLOCK_N, D_V, D_R, GROUP_MODE, FAULT,
+            )),
+        ],
+        [PART_WARPS, PART_WARPS],
+        [CONSUMER_REGS, LOADER_REGS],
+    )  # fmt: skip

@@ -78,6 +78,7 @@ class DecodeLaunch:
     switches: dict[str, bool]  # the Triton kernel's compile-time switches
     grid: tuple[int, ...]
     use_gluon: bool
+    use_ws: bool  # the warp-specialized Gluon decode (bf16, a config with WS: 1)
     round_p: bool
     stage_key: tuple[object, ...]  # `_STAGE_LIMITS` key
 
@@ -117,8 +118,10 @@ def persistent_mla_decode(
     `config` overrides the selected tile configuration (keys BLOCK_M, BLOCK_N, num_warps,
     num_stages) and takes launch options: SPLIT_GROUPS (a folded plan's head groups on
     programs side by side), QK_FP8 / V_F16 (fp8 tensor-core paths, default on), F16_TILE /
-    REG_PREFETCH (fp8 variants for fewer than 64 rows, default off), ABLATE (timing probes
-    only: 1 drops the PV dot, 2 the QK dot; the results are wrong).
+    REG_PREFETCH (fp8 variants for fewer than 64 rows, default off), GLUON (0: the Triton kernel
+    where a Hopper config exists), WS (1: the warp-specialized Gluon decode for bf16 q and KV
+    at 64 rows, default off), ABLATE (timing probes only: 1 drops the PV dot, 2 the QK dot;
+    the results are wrong).
     `_fault` is a test hook that selects a deliberately broken kernel (see `FAULTS`).
     """
     return run_launch(plan_launch(q, kv_cache, plan, **_keywords(locals())))
@@ -240,6 +243,9 @@ def plan_launch(
     if config:
         cfg.update(config)
     use_gluon = bool(cfg.pop("GLUON", 0)) and hopper
+    use_ws = bool(cfg.pop("WS", 0)) and use_gluon and gluon_mla.ws_usable(q, kv_cache)
+    if use_ws:
+        cfg |= {"STAGES": 2, "num_warps": 4}  # the one shape it has: 3 warpgroups of 4 warps
     split_groups = bool(cfg.pop("SPLIT_GROUPS", False)) and plan.fold_ratio > 1
     if head_groups > 1:
         group_mode, groups = 2, head_groups
@@ -295,7 +301,8 @@ def plan_launch(
         "GROUP_MODE": group_mode,
         "FAULT": fault,
     }
-    key = (*sorted(cfg.items()), use_gluon, q.dtype, kv_cache.dtype, call["page_size"], round_p)
+    key = (*sorted(cfg.items()), use_gluon, use_ws, q.dtype, kv_cache.dtype, call["page_size"],
+           round_p)  # fmt: skip
     return DecodeLaunch(
         call={"q": q, "kv_cache": kv_cache, "plan": plan, **call, "out": out, "lse": lse},
         plan=plan,
@@ -308,6 +315,7 @@ def plan_launch(
         switches=switches,
         grid=(num_programs,) if group_mode == 0 else (groups, num_programs),
         use_gluon=use_gluon,
+        use_ws=use_ws,
         round_p=round_p,
         stage_key=key,
     )
@@ -316,7 +324,7 @@ def plan_launch(
 def _launch_once(launch: DecodeLaunch, cfg: dict[str, int]) -> None:
     shared = {**launch.shared, "BLOCK_N": cfg["BLOCK_N"], "num_warps": cfg["num_warps"]}
     if launch.use_gluon:
-        kernel = gluon_mla.kernel(launch.call["kv_cache"].dtype)[launch.grid]
+        kernel = gluon_mla.kernel(launch.call["kv_cache"].dtype, ws=launch.use_ws)[launch.grid]
         kernel(*launch.args, **shared, STAGES=cfg["STAGES"], P_FP8=launch.round_p)
         return
     decode_kernel._persistent_mla_decode_kernel[launch.grid](
@@ -350,6 +358,8 @@ def run_launch(launch: DecodeLaunch) -> tuple[torch.Tensor, torch.Tensor]:
                     raise
                 # Gluon's names move between Triton releases: run the Triton kernel instead.
                 reason = f"Triton {triton.__version__}: {type(exc).__name__}: {exc}"[:300]
+                if launch.use_ws:  # the plain Gluon decode instead
+                    return _retry_without_ws(launch, reason)
                 gluon_mla.disable(reason)
                 warnings.warn(
                     f"persistent_mla_decode: the Gluon decode does not compile ({reason}); "
@@ -371,6 +381,18 @@ def run_launch(launch: DecodeLaunch) -> tuple[torch.Tensor, torch.Tensor]:
                 _STAGE_LIMITS[launch.stage_key] = cfg[depth]
     mla_reduce(*launch.partials, plan, launch.out, launch.lse, _fault=launch.call["_fault"])
     return launch.out, launch.lse
+
+
+def _retry_without_ws(launch: DecodeLaunch, reason: str) -> tuple[torch.Tensor, torch.Tensor]:
+    gluon_mla.disable_ws(reason)
+    warnings.warn(
+        f"persistent_mla_decode: the warp-specialized Gluon decode does not compile ({reason}); "
+        "using the Gluon decode from now on",
+        stacklevel=4,
+    )
+    call = dict(launch.call)
+    call["config"] = {**(call["config"] or {}), "WS": 0}
+    return persistent_mla_decode(**call)
 
 
 def default_sm_scale() -> float:

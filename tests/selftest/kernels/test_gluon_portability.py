@@ -14,6 +14,7 @@ import ast
 import importlib.util
 import json
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -33,15 +34,15 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 COMPILE = """
-import json, sys
+import json, re, sys
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from kernels.gluon_mla import kernel as gluon_kernel
 
-fp8 = sys.argv[2] == "fp8"
-kernel = gluon_kernel(getattr(torch, "float8_e4m3fn") if fp8 else torch.bfloat16)
+fp8, ws = sys.argv[2] == "fp8", sys.argv[2] == "ws"
+kernel = gluon_kernel(getattr(torch, "float8_e4m3fn") if fp8 else torch.bfloat16, ws=ws)
 constexprs = json.loads(sys.argv[1])
 types, attrs = {}, {}
 for index, name in enumerate(kernel.arg_names):
@@ -63,10 +64,16 @@ for index, name in enumerate(kernel.arg_names):
     if name.endswith("_ptr") or (name.startswith("stride_") and name != "stride_pl_head"):
         attrs[(index,)] = [["tt.divisibility", 16]]
 source = GluonASTSource(kernel, types, constexprs=constexprs, attrs=attrs)
-compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
+compiled = triton.compile(
+    source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4 if ws else 8}
+)
 ptx = compiled.asm["ptx"]
 print(json.dumps({
     "wgmma": ptx.count("wgmma.mma_async"), "cp_async": ptx.count("cp.async.cg"),
+    "setmaxnreg": sorted({
+        int(line.split()[-1].rstrip(";")) for line in ptx.splitlines() if "setmaxnreg" in line
+    }),
+    "mbarrier_wait": ptx.count("mbarrier.try_wait"), "warps": compiled.metadata.num_warps,
     "shared": compiled.metadata.shared, "cubin": "cubin" in compiled.asm,
 }))
 """
@@ -78,7 +85,8 @@ print(json.dumps({
     reason="this Triton has no Gluon",
 )
 @pytest.mark.parametrize(
-    ("kind", "block_n", "stages"), [("bf16", 64, 2), ("bf16", 32, 3), ("fp8", 64, 3)]
+    ("kind", "block_n", "stages"),
+    [("bf16", 64, 2), ("bf16", 32, 3), ("fp8", 64, 3), ("ws", 64, 2)],
 )
 def test_the_gluon_decode_compiles_for_sm90_with_this_triton(
     kind: str, block_n: int, stages: int, tmp_path: Path
@@ -92,7 +100,10 @@ def test_the_gluon_decode_compiles_for_sm90_with_this_triton(
     # interpreter (triton_cases.py sets TRITON_INTERPRET=1 without a GPU), and a cache of its
     # own, so that the compiler really runs.
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env |= {"TRITON_CACHE_DIR": str(tmp_path), "TRITON_DEFAULT_FP_FUSION": "1"}
+    env |= {
+        "TRITON_CACHE_DIR": str(tmp_path), "TRITON_DEFAULT_FP_FUSION": "1",
+        "TRITON_DUMP_PTXAS_LOG": "1",
+    }  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-c", COMPILE, json.dumps(constexprs), kind], cwd=ROOT, env=env,
         capture_output=True, text=True, timeout=600,
@@ -103,6 +114,12 @@ def test_the_gluon_decode_compiles_for_sm90_with_this_triton(
     assert facts["wgmma"] > 0 and facts["cp_async"] > 0, facts
     assert facts["shared"] <= 232448, f"more shared memory than an sm_90 block has: {facts}"
     assert facts["cubin"], "ptxas did not make a cubin"
+    if kind == "ws":
+        # Three warpgroups (consumer 0, consumer 1, the loader), registers moved between them
+        # (setmaxnreg), tiles handed over on mbarriers.
+        assert facts["warps"] == 12 and facts["mbarrier_wait"] > 0, facts
+        assert 232 in facts["setmaxnreg"] and 40 in facts["setmaxnreg"], facts
+    print(facts, *re.findall(r"ptxas info\s*: Used .*|.*spill.*", done.stdout), sep="\n")
 
 
 class _Uncompilable:
@@ -121,10 +138,31 @@ def test_a_launch_that_cannot_compile_the_gluon_decode_falls_back(monkeypatch) -
     pytest.importorskip("triton.compiler.errors")
     monkeypatch.setattr(gluon_mla, "_disabled", [])
     monkeypatch.setattr(gluon_mla, "usable", lambda *args: not gluon_mla._disabled)
-    monkeypatch.setattr(gluon_mla, "kernel", lambda *args: _Uncompilable())
+    monkeypatch.setattr(gluon_mla, "kernel", lambda *args, **kwargs: _Uncompilable())
     case = make_case([70, 20], q_len=1, num_heads=64, page_size=16, seed=31)
     plan = hand_plan(case, unfolded_tiles(case, {0: (2,)}), num_programs=2, heads_per_work=64)
     with pytest.warns(UserWarning, match="the Gluon decode does not compile"):
         check(case, plan, causal=True)  # the Triton kernel's output, checked
     assert "stand-in" in (gluon_mla.disabled_reason() or "")
     check(case, plan, causal=True)  # disabled now: no second attempt, no warning
+
+
+def test_a_ws_launch_that_cannot_compile_falls_back_to_the_gluon_decode(monkeypatch) -> None:
+    pytest.importorskip("triton.compiler.errors")
+    monkeypatch.setattr(gluon_mla, "_disabled", [])
+    monkeypatch.setattr(gluon_mla, "_ws_disabled", [])
+    monkeypatch.setattr(gluon_mla, "usable", lambda *args: not gluon_mla._disabled)
+    tried: list[bool] = []
+
+    def uncompilable(kv_dtype=None, ws: bool = False) -> _Uncompilable:
+        tried.append(ws)
+        return _Uncompilable()
+
+    monkeypatch.setattr(gluon_mla, "kernel", uncompilable)
+    case = make_case([70, 20], q_len=1, num_heads=64, page_size=16, seed=32)
+    plan = hand_plan(case, unfolded_tiles(case, {0: (2,)}), num_programs=2, heads_per_work=64)
+    with pytest.warns(UserWarning, match="the warp-specialized Gluon decode does not compile"):
+        with pytest.warns(UserWarning, match="the Gluon decode does not compile"):
+            check(case, plan, causal=True, config={"WS": 1})  # the Triton kernel's, checked
+    assert tried == [True, False], "not the warp-specialized decode first, then the Gluon one"
+    assert "stand-in" in (gluon_mla.ws_disabled_reason() or "")

@@ -1,0 +1,143 @@
+"""Self-tests of the warp-specialized Hopper decode (kernels/gluon_mla/ws_kernel.py), on an
+sm_90 GPU only.
+
+The cases the bf16 Gluon decode is tested on (test_gluon_mla.py: page sizes 1, 16 and 64,
+split and unsplit works, causal q_len 4 with packed rows and a masked split, folded and
+head-group plans, planner-made plans, a kv_scale in memory, e4m3-rounded P), launched with
+``WS: 1``; each test fails unless the warp-specialized kernel ran. Negative controls: its
+broken variants (read past the end, dropped kv_scale, an idle head group) are caught, and
+without ``WS`` the default launch does not take it.
+"""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+import torch
+
+_CASES = runpy.run_path(str(Path(__file__).with_name("triton_cases.py")))
+NAMES = "check hand_plan make_case planned run tm unfolded_tiles"
+check, hand_plan, make_case, planned, run, tm, unfolded_tiles = (
+    _CASES[name] for name in NAMES.split()
+)
+
+from kernels import gluon_mla  # noqa: E402
+
+ON_HOPPER = (
+    torch.cuda.is_available()
+    and torch.version.hip is None
+    and torch.cuda.get_device_capability()[0] == 9
+)
+pytestmark = [
+    pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode needs an sm_90 (Hopper) GPU"),
+    pytest.mark.skipif(
+        not gluon_mla.gluon_importable(), reason="this Triton has no Gluon Hopper module"
+    ),
+]
+
+WS = {"GLUON": 1, "WS": 1, "BLOCK_N": 64, "STAGES": 2, "num_warps": 4}
+
+
+@pytest.fixture
+def ws_launches(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """For each Gluon launch, whether it took the warp-specialized kernel."""
+    calls: list[bool] = []
+    real = gluon_mla.kernel
+
+    def spy(kv_dtype: torch.dtype = torch.bfloat16, ws: bool = False):
+        calls.append(ws)
+        return real(kv_dtype, ws=ws)
+
+    monkeypatch.setattr(gluon_mla, "kernel", spy)
+    return calls
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+def test_ws_h64_split_and_unsplit_works(page_size: int, ws_launches) -> None:
+    case = make_case([150, 37, 300, 5], q_len=1, num_heads=64, page_size=page_size, seed=21)
+    cut = max(1, 96 // page_size)
+    tiles = unfolded_tiles(case, {0: (cut,), 2: (cut, 2 * cut)})
+    plan = hand_plan(case, tiles, num_programs=5, heads_per_work=64)
+    check(case, plan, causal=True, config=WS)
+    assert ws_launches == [True], "the warp-specialized kernel did not run"
+
+
+def test_ws_long_works_odd_and_even_tile_counts(ws_launches) -> None:
+    # 1, 2, 3 ... 9 tiles of 64 tokens a block, one program walking several works: the two
+    # consumers' hand-overs and the barrier phases carried from block to block.
+    case = make_case([64, 128, 190, 260, 320, 64 * 7 + 3, 512, 575], q_len=1, num_heads=64,
+                     page_size=64, seed=29)  # fmt: skip
+    plan = hand_plan(case, unfolded_tiles(case, {4: (2,)}), num_programs=3, heads_per_work=64)
+    check(case, plan, causal=True, config=WS)
+    assert ws_launches == [True]
+
+
+def test_ws_causal_q4_packed_rows_and_masked_split(ws_launches) -> None:
+    case = make_case([70, 17, 45, 2], q_len=4, num_heads=16, page_size=16, seed=22)
+    plan = hand_plan(case, unfolded_tiles(case, {0: (2,), 1: (1,)}), num_programs=3,
+                     heads_per_work=16)  # fmt: skip
+    check(case, plan, causal=True, config=WS)
+    check(case, plan, causal=False, config=WS)
+    assert ws_launches == [True, True]
+
+
+def test_ws_folded_h128_planner_plan_and_head_groups(ws_launches) -> None:
+    case = make_case([200, 31, 90], q_len=1, num_heads=128, page_size=16, seed=23)
+    plan = planned(case, arch="triton", num_cus=4)  # 2 x 64 heads, folded
+    assert plan.fold_ratio == 2 and plan.num_partials > 0
+    check(case, plan, causal=True, config=WS)
+    check(case, plan, causal=True, config=WS | {"SPLIT_GROUPS": 1})
+    grouped = hand_plan(case, unfolded_tiles(case, {0: (3,)}), num_programs=2, heads_per_work=64)
+    check(case, grouped, causal=True, config=WS)
+    assert ws_launches == [True] * 3, "the warp-specialized kernel did not take every launch"
+
+
+def test_ws_kv_scale_in_memory_and_e4m3_p(ws_launches) -> None:
+    case = make_case([80, 33], q_len=1, num_heads=64, page_size=64, seed=24, kv_scale=0.5)
+    plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=64)
+    by_value = check(case, plan, causal=True, config=WS)
+    kwargs = case.launch_kwargs() | {"kv_scale": torch.tensor([0.5], device=case.q.device)}
+    in_memory, _ = tm.persistent_mla_decode(case.q, case.kv_cache, plan, causal=True, config=WS,
+                                            **kwargs)  # fmt: skip
+    assert torch.equal(in_memory.double().cpu(), by_value), "a kv_scale tensor changed O"
+    rounded = check(case, plan, causal=True, fp8_p=True, p_rel_err=2.0**-3, config=WS)
+    plain, _ = run(case, plan, fp8_p=False, config=WS)
+    assert (rounded - plain).abs().max() > 1e-3, "fp8_p=True did not round P"
+    assert ws_launches == [True] * 4
+
+
+def test_ws_is_off_by_default(ws_launches) -> None:
+    case = make_case([64, 20], q_len=1, num_heads=64, page_size=16, seed=25)
+    plan = hand_plan(case, unfolded_tiles(case, {}), num_programs=2, heads_per_work=64)
+    check(case, plan, causal=True)
+    assert ws_launches == [False], "the default launch took the warp-specialized kernel"
+
+
+# Negative controls: the broken variants are caught on this kernel too.
+
+
+def test_ws_negative_control_read_past_end(ws_launches) -> None:
+    case = make_case([40, 17], q_len=1, num_heads=64, page_size=16, seed=26)
+    plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=64)
+    with pytest.raises(AssertionError, match="non-finite output"):
+        check(case, plan, config=WS, _fault="read_past_end")
+    assert ws_launches == [True]
+
+
+def test_ws_negative_control_dropped_kv_scale(ws_launches) -> None:
+    case = make_case([30, 20], q_len=1, num_heads=64, page_size=16, seed=27, kv_scale=0.5)
+    plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=64)
+    check(case, plan, config=WS)  # the same case and tolerance pass unbroken
+    with pytest.raises(AssertionError, match=r"exceeds tolerance|lse - ref"):
+        check(case, plan, config=WS, _fault="drop_kv_scale")
+    assert ws_launches == [True, True]
+
+
+def test_ws_negative_control_idle_head_group(ws_launches) -> None:
+    case = make_case([50, 20], q_len=1, num_heads=128, page_size=16, seed=28)
+    plan = hand_plan(case, unfolded_tiles(case, {}), num_programs=2, heads_per_work=64)
+    with pytest.raises(AssertionError, match="non-finite output"):
+        check(case, plan, config=WS, _fault="skip_head_group")
+    assert ws_launches == [True]
