@@ -259,7 +259,7 @@ def _consumer(
                     p16 = p.to(gl.float8e4nv).to(gl.bfloat16)
                 else:
                     p16 = p.to(gl.bfloat16)
-                l_i = l_i * alpha + gl.sum(p16.to(gl.float32), axis=1)
+                l_i = l_i * alpha + gl.sum(p, axis=1)  # ΣP unrounded, as the Gluon decode
                 m_i = m_new
                 p_smem.store(p16)
                 m_smem.store(m_new)
