@@ -72,6 +72,25 @@ def _block_bounds(
 
 
 @gluon.jit
+def _chunked_scores(q_lat, q_rope, lat_buf, rope_buf, S_L: gl.constexpr, BLOCK_N: gl.constexpr,
+                    D_V: gl.constexpr):  # fmt: skip
+    """Issue ``S = Q Kᵀ`` (asynchronous), the latent block as a loop over its 64-column
+    chunks: each MMA's shared-memory descriptors are then built where it is issued (with the
+    36 k-steps unrolled, as `_scores`, the compiler holds all their descriptors across the
+    kernel and spills). A 128-byte-swizzled ``[rows, 512]`` buffer is 8 ``[rows, 64]`` ones
+    one after the other, so the chunks are a reinterpretation of the same memory."""
+    Q_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, 64], gl.bfloat16)
+    K_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 64], gl.bfloat16)
+    q_chunks = q_lat._reinterpret(gl.bfloat16, [D_V // 64, BLOCK_M, 64], Q_SL)
+    k_chunks = lat_buf._reinterpret(gl.bfloat16, [D_V // 64, BLOCK_N, 64], K_SL)
+    s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_L)
+    s = warpgroup_mma(q_rope, rope_buf.permute((1, 0)), s, use_acc=False, is_async=True)
+    for c in range(D_V // 64):
+        s = warpgroup_mma(q_chunks.index(c), k_chunks.index(c).permute((1, 0)), s, is_async=True)
+    return s
+
+
+@gluon.jit
 def _tile_use(j, c0, c1):
     """How many times tile `j`'s stage (and its owner's P) was filled before it."""
     return gl.where(j % 2 == 0, c0, c1) + j // 2
@@ -173,7 +192,8 @@ def _others_pv(
     alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
     o = o * gl.convert_layout(alpha, O_ROW)[:, None]
     v_half = kv_lat.index(j % 2).slice(WG * HALF, HALF, dim=1)
-    return warpgroup_mma(p_smem, v_half, o, is_async=True), m_new, l_i * alpha
+    p_buf = p_smem.index((j % 2) % p_smem.shape[0])
+    return warpgroup_mma(p_buf, v_half, o, is_async=True), m_new, l_i * alpha
 
 
 @gluon.jit
@@ -198,6 +218,7 @@ def _consumer(
         version=[3, 0], warps_per_cta=[PART_WARPS, 1], instr_shape=[16, HALF, 16]
     )
     P_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)
+    P_BUFS: gl.constexpr = p_smem.shape[0]  # 2: each consumer's P in its own buffer
     S_ROW: gl.constexpr = gl.SliceLayout(1, S_L)
     O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
 
@@ -234,15 +255,16 @@ def _consumer(
                     if t > 1:
                         _release(kv_free.index(t % 2))
                     mbarrier.wait(kv_ready.index(t % 2), _tile_use(t, c0, c1) & 1)
-                    s = _scores(q_lat, q_rope, kv_lat.index(t % 2), kv_rope.index(t % 2), S_L,
-                                BLOCK_N)  # fmt: skip
+                    s = _chunked_scores(q_lat, q_rope, kv_lat.index(t % 2), kv_rope.index(t % 2),
+                                        S_L, BLOCK_N, D_V)  # fmt: skip
                     o, m_i, l_i = _others_pv(
                         o_now, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, t - 1,
                         _tile_use(t - 1, c0, c1), WG, HALF, S_ROW, O_ROW,
                     )  # fmt: skip
                 else:
                     mbarrier.wait(kv_ready.index(0), c0 & 1)
-                    s = _scores(q_lat, q_rope, kv_lat.index(0), kv_rope.index(0), S_L, BLOCK_N)
+                    s = _chunked_scores(q_lat, q_rope, kv_lat.index(0), kv_rope.index(0), S_L,
+                                        BLOCK_N, D_V)  # fmt: skip
                 # Own tile t: S_t and P V_{t-1} done (release tile t - 1); the softmax, P and
                 # the max handed over; P V_t on this half, P from registers.
                 o_now, s_now = warpgroup_mma_wait(0, deps=(o, s))
@@ -261,13 +283,17 @@ def _consumer(
                     p16 = p.to(gl.bfloat16)
                 l_i = l_i * alpha + gl.sum(p, axis=1)  # ΣP unrounded, as the Gluon decode
                 m_i = m_new
-                p_smem.store(p16)
+                p_buf = p_smem.index(WG % P_BUFS)
+                p_buf.store(p16)
                 m_smem.store(m_new)
                 fence_async_shared()
                 _release(p_ready.index(WG))
                 o_now = o_now * gl.convert_layout(alpha, O_ROW)[:, None]
                 v_half = kv_lat.index(t % 2).slice(WG * HALF, HALF, dim=1)
-                o = warpgroup_mma(gl.convert_layout(p16, P_OP), v_half, o_now, is_async=True)
+                if P_BUFS == 2:
+                    o = warpgroup_mma(p_buf, v_half, o_now, is_async=True)
+                else:
+                    o = warpgroup_mma(gl.convert_layout(p16, P_OP), v_half, o_now, is_async=True)
             # The block's last tile: the other's (its P V here), or own (P V_last in flight).
             last = num_tiles - 1
             o_now = warpgroup_mma_wait(0, deps=(o,))
@@ -366,7 +392,10 @@ def gluon_mla_ws_decode_kernel(
     q_rope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, D_R], Q_ROPE_SL)
     kv_lat = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, D_V], KV_LAT_SL)
     kv_rope = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, D_R], KV_ROPE_SL)
-    p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_N], P_SL)
+    # P: one buffer per consumer where shared memory allows (BLOCK_N 32), each P V reading
+    # it there; at BLOCK_N 64 one buffer, the owner multiplying its P from registers.
+    P_BUFS: gl.constexpr = 2 if BLOCK_N <= 32 else 1
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [P_BUFS, BLOCK_M, BLOCK_N], P_SL)
     m_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M], FLAT)
     l_smem = gl.allocate_shared_memory(gl.float32, [4, BLOCK_M], FLAT)  # [2 block parity + WG]
     kv_ready = gl.allocate_shared_memory(gl.int64, [2, 1], BAR)
