@@ -85,7 +85,7 @@ _TRITON = {"GLUON": 0}  # the plain-Triton kernel where a Hopper (Gluon) config 
 _GLUON = {"GLUON": 1, "num_warps": 8}  # kernels/gluon_mla (kernels.triton_mla.HOPPER_CONFIGS)
 _N64_FP8 = {"BLOCK_N": 64, "STAGES": 3}  # the e4m3 Gluon kernel: 64-token tiles, 3 stages
 # The warp-specialized bf16 Gluon decode (kernels/gluon_mla/ws_kernel.py): 3 warpgroups of 4
-_WS = {"GLUON": 1, "WS": 1, "BLOCK_N": 64, "STAGES": 2, "num_warps": 4}
+_WS = {"GLUON": 1, "WS": 1, "BLOCK_N": 32, "STAGES": 4, "num_warps": 4}
 TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
     (16, "bf16"): [_N64, {"BLOCK_N": 32, "num_warps": 4, "num_stages": 4}],
     (16, "fp8"): [
@@ -111,6 +111,7 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _GLUON | {"BLOCK_N": 64, "STAGES": 2, "SPLIT_GROUPS": 1},
         _GLUON | {"BLOCK_N": 64, "STAGES": 2, "PLAN_HEADS": 64},
         _WS,
+        _WS | {"BLOCK_N": 64, "STAGES": 2},
     ],
     (64, "fp8"): [
         _N64 | _TRITON,

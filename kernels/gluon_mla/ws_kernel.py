@@ -1,28 +1,33 @@
 """The warp-specialized MLA decode for Hopper in Gluon: a loader warpgroup and two consumer
-warpgroups that take turns scoring 64-token tiles, so one's softmax runs under the other's MMAs.
+warpgroups that take turns scoring KV tiles, so one's softmax runs under the other's MMAs.
 
 The same arguments and contract as `kernels.gluon_mla.decode_kernel` (the plan's work loop,
 row packing, paging, causal limits, partial and final rows), for 64 packed rows per block,
-bf16 q and bf16 KV, ``STAGES = 2`` KV buffers. Launched with 4 warps (consumer 0, the
-default partition) plus two worker partitions of 4 warps: consumer 1 and the loader.
+bf16 q and bf16 KV, ``STAGES >= 2`` KV buffers of ``BLOCK_N`` tokens. Launched with 4 warps
+(consumer 0, the default partition) plus two worker partitions of 4 warps: consumer 1 and
+the loader; `setmaxnreg` gives each consumer thread 232 registers, a loader thread 40.
 
 - The loader copies Q (once per block) and the KV tiles (``cp.async``, one page lookup per
   token, any page size) into shared memory, and signals each landed tile on an mbarrier.
-- Consumer ``a`` owns the output columns ``[256 a, 256 a + 256)`` and the tiles ``j`` with
-  ``j % 2 == a``. For its tile it computes ``S = Q Kᵀ`` (all 576 features), the softmax
-  from the running row max the other consumer handed over, writes P (bf16, e4m3-rounded
-  first with `P_FP8`) and the new max to shared memory, signals them, and multiplies its own
-  P (from registers) by its half of V. For the other's tile it rescales by the handed-over
-  max and multiplies the shared P by its half of V. It issues the score of its next tile
+- Consumer ``a`` owns the output columns ``[256 a, 256 a + 256)`` and the program's tiles
+  ``g`` with ``g % 2 == a``. For its tile it computes ``S = Q Kᵀ`` (all 576 features), the
+  softmax from the running row max the other consumer handed over, writes P (bf16,
+  e4m3-rounded first with `P_FP8`) and the new max to shared memory, signals them, and
+  multiplies its P by its half of V. For the other's tile it rescales by the handed-over
+  max and multiplies the other's P by its half of V. It issues the score of its next tile
   before it waits for the other's P, so the tensor cores score one tile while the other
   consumer runs the softmax of the previous one.
 - Each consumer keeps the row sum of its own tiles; the two are added once at the end of a
   block (through shared memory) and each consumer stores its half of O (consumer 0 the LSE).
 
-Shared memory: Q 72 KiB, two KV stages 144 KiB, one P buffer 8 KiB, the handed-over max
-and the row sums 0.75 KiB, 10 mbarriers. Every buffer's reuse is ordered by the mbarriers
-(`kv_ready`/`kv_free` per stage, `q_ready`/`q_free`, `p_ready` per consumer, `l_ready` per
-block parity); every waiter's phase is counted from the uses of that barrier so far.
+Shared memory: Q 72 KiB, the KV stages (72 KiB each at 64 tokens, 36 KiB at 32), P, the
+handed-over max and the row sums, the mbarriers. At ``BLOCK_N`` 64 (two stages: 225.7 KiB)
+there is room for one P buffer only, so the owner multiplies its P from registers, and ptxas
+then serialises the consumers' ``wgmma``s for want of registers; at ``BLOCK_N`` 32 each
+consumer's P has a buffer of its own (four stages: 225.7 KiB) and the ``wgmma``s pipeline.
+Every buffer's reuse is ordered by the mbarriers (`kv_ready`/`kv_free` per stage,
+`q_ready`/`q_free`, `p_ready` per consumer, `l_ready` per block parity); every waiter's
+phase is counted from the program's tiles and blocks so far.
 """
 
 from __future__ import annotations
@@ -45,7 +50,6 @@ from kernels.gluon_mla.decode_kernel import (
     _issue_tile,
     _row_limit,
     _rows,
-    _scores,
     _slot_offsets,
 )
 from kernels.triton_mla.work import _program_slice, _work_span
@@ -76,9 +80,9 @@ def _chunked_scores(q_lat, q_rope, lat_buf, rope_buf, S_L: gl.constexpr, BLOCK_N
                     D_V: gl.constexpr):  # fmt: skip
     """Issue ``S = Q Kᵀ`` (asynchronous), the latent block as a loop over its 64-column
     chunks: each MMA's shared-memory descriptors are then built where it is issued (with the
-    36 k-steps unrolled, as `_scores`, the compiler holds all their descriptors across the
-    kernel and spills). A 128-byte-swizzled ``[rows, 512]`` buffer is 8 ``[rows, 64]`` ones
-    one after the other, so the chunks are a reinterpretation of the same memory."""
+    36 k-steps unrolled, as `decode_kernel._scores`, the compiler holds all their
+    descriptors across the kernel and spills). A 128-byte-swizzled ``[rows, 512]`` buffer is
+    8 ``[rows, 64]`` ones back to back, so the chunks reinterpret the same memory."""
     Q_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, 64], gl.bfloat16)
     K_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 64], gl.bfloat16)
     q_chunks = q_lat._reinterpret(gl.bfloat16, [D_V // 64, BLOCK_M, 64], Q_SL)
@@ -91,9 +95,9 @@ def _chunked_scores(q_lat, q_rope, lat_buf, rope_buf, S_L: gl.constexpr, BLOCK_N
 
 
 @gluon.jit
-def _tile_use(j, c0, c1):
-    """How many times tile `j`'s stage (and its owner's P) was filled before it."""
-    return gl.where(j % 2 == 0, c0, c1) + j // 2
+def _stage(g, STAGES: gl.constexpr):
+    """(buffer, mbarrier phase) of the program's tile `g` (counted over all its blocks)."""
+    return g % STAGES, (g // STAGES) & 1
 
 
 @gluon.jit
@@ -102,10 +106,10 @@ def _loader(
     q_ptr, kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
     kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head, stride_kv_block,
     stride_kv_slot, heads_per_work, fold_ratio, seq_q,
-    PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D_V: gl.constexpr,
-    D_R: gl.constexpr, GROUP_MODE: gl.constexpr, FAULT: gl.constexpr,
+    PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    D_V: gl.constexpr, D_R: gl.constexpr, GROUP_MODE: gl.constexpr, FAULT: gl.constexpr,
 ):  # fmt: skip
-    """The loader partition: Q per block, then every KV tile into stage ``j % 2``."""
+    """The loader partition: Q per block, then every KV tile into the next stage."""
     LOAD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PART_WARPS, 1], [1, 0])
     LOAD_ROW: gl.constexpr = gl.SliceLayout(1, LOAD)
     cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
@@ -118,9 +122,8 @@ def _loader(
         grp = gl.program_id(0)
     work_begin = gl.load(work_indptr_ptr + pid)
     work_end = gl.load(work_indptr_ptr + pid + 1)
-    c0 = 0  # fills of stage 0 so far (stage 1: c1); blocks so far: blk
-    c1 = 0
-    blk = 0
+    g = 0  # tiles of the blocks before this one (tile j of a block is the program's g + j)
+    blk = 0  # blocks before this one
     for w in range(work_begin, work_end):
         (
             _, qo_start, group, _, q_begin, q_len, page_begin, _, kv_len, tok_lo, tok_hi,
@@ -153,8 +156,8 @@ def _loader(
             _cta_barrier()
             mbarrier.arrive(q_ready)
             for j in range(num_tiles):
-                stage = j % 2
-                mbarrier.wait(kv_free.index(stage), (_tile_use(j, c0, c1) & 1) ^ 1)
+                stage, phase = _stage(g + j, STAGES)
+                mbarrier.wait(kv_free.index(stage), phase ^ 1)  # its last tile released
                 for r in gl.static_range(BLOCK_N // CHUNK):
                     slot, ok = _slot_offsets(
                         kv_indices_ptr, page_begin, tok_lo + j * BLOCK_N + r * CHUNK, block_hi,
@@ -168,8 +171,7 @@ def _loader(
                 fence_async_shared()
                 _cta_barrier()
                 mbarrier.arrive(kv_ready.index(stage))
-            c0 += (num_tiles + 1) // 2
-            c1 += num_tiles // 2
+            g += num_tiles
             blk += 1
 
 
@@ -182,17 +184,17 @@ def _release(bar):
 
 @gluon.jit
 def _others_pv(
-    o, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, j, use, WG: gl.constexpr,
+    o, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, g, WG: gl.constexpr, STAGES: gl.constexpr,
     HALF: gl.constexpr, S_ROW: gl.constexpr, O_ROW: gl.constexpr,
 ):  # fmt: skip
-    """The other consumer's tile `j` on this half: once it handed over P_j and the max
-    through j, rescale O and ΣP to that max and issue ``P_j V_j`` (asynchronous)."""
-    mbarrier.wait(p_ready.index(j % 2), use & 1)
+    """The other consumer's tile `g` (the program's) on this half: once it handed over P and
+    the max through that tile, rescale O and ΣP to that max and issue ``P V`` (async)."""
+    mbarrier.wait(p_ready.index(g % 2), (g // 2) & 1)
     m_new = m_smem.load(S_ROW)
     alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
     o = o * gl.convert_layout(alpha, O_ROW)[:, None]
-    v_half = kv_lat.index(j % 2).slice(WG * HALF, HALF, dim=1)
-    p_buf = p_smem.index((j % 2) % p_smem.shape[0])
+    v_half = kv_lat.index(g % STAGES).slice(WG * HALF, HALF, dim=1)
+    p_buf = p_smem.index((g % 2) % p_smem.shape[0])
     return warpgroup_mma(p_buf, v_half, o, is_async=True), m_new, l_i * alpha
 
 
@@ -205,11 +207,12 @@ def _consumer(
     kv_scale_value, sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok,
     stride_lse_head, stride_po_row, stride_po_head, stride_pl_row, stride_pl_head,
     heads_per_work, fold_ratio, seq_q,
-    PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D_V: gl.constexpr,
-    P_FP8: gl.constexpr, SCALES_IN_MEMORY: gl.constexpr, GROUP_MODE: gl.constexpr,
-    FAULT: gl.constexpr,
+    PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    D_V: gl.constexpr, P_FP8: gl.constexpr, SCALES_IN_MEMORY: gl.constexpr,
+    GROUP_MODE: gl.constexpr, FAULT: gl.constexpr,
 ):  # fmt: skip
-    """Consumer `WG` (0 or 1): its tiles' scores and softmax, and its half of ``P V``."""
+    """Consumer `WG` (0 or 1): the scores and softmax of the tiles it owns (the program's
+    tiles g with ``g % 2 == WG``), and its half of ``P V`` for every tile."""
     HALF: gl.constexpr = D_V // 2
     S_L: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[PART_WARPS, 1], instr_shape=[16, BLOCK_N, 16]
@@ -227,8 +230,7 @@ def _consumer(
         sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
     )  # fmt: skip
     s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
-    c0 = 0
-    c1 = 0
+    g = 0  # tiles of the blocks before this one
     blk = 0
     for w in range(work_begin, work_end):
         (
@@ -247,29 +249,30 @@ def _consumer(
             l_i = gl.zeros([BLOCK_M], gl.float32, S_ROW)  # ΣP of this consumer's tiles
             o = warpgroup_mma_init(gl.zeros([BLOCK_M, HALF], gl.float32, O_L))  # in flight
             mbarrier.wait(q_ready, blk & 1)
-            for t in range(WG, num_tiles, 2):
+            for t in range((WG + g) % 2, num_tiles, 2):
                 # The other's tile t - 1 (if any): release tile t - 2 (own, its P V done),
                 # issue S_t, then (once the other handed over P) P V_{t-1} on this half.
+                stage, phase = _stage(g + t, STAGES)
                 if t > 0:
                     o_now = warpgroup_mma_wait(0, deps=(o,))
                     if t > 1:
-                        _release(kv_free.index(t % 2))
-                    mbarrier.wait(kv_ready.index(t % 2), _tile_use(t, c0, c1) & 1)
-                    s = _chunked_scores(q_lat, q_rope, kv_lat.index(t % 2), kv_rope.index(t % 2),
+                        _release(kv_free.index((g + t - 2) % STAGES))
+                    mbarrier.wait(kv_ready.index(stage), phase)
+                    s = _chunked_scores(q_lat, q_rope, kv_lat.index(stage), kv_rope.index(stage),
                                         S_L, BLOCK_N, D_V)  # fmt: skip
                     o, m_i, l_i = _others_pv(
-                        o_now, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, t - 1,
-                        _tile_use(t - 1, c0, c1), WG, HALF, S_ROW, O_ROW,
+                        o_now, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, g + t - 1, WG, STAGES,
+                        HALF, S_ROW, O_ROW,
                     )  # fmt: skip
                 else:
-                    mbarrier.wait(kv_ready.index(0), c0 & 1)
-                    s = _chunked_scores(q_lat, q_rope, kv_lat.index(0), kv_rope.index(0), S_L,
-                                        BLOCK_N, D_V)  # fmt: skip
+                    mbarrier.wait(kv_ready.index(stage), phase)
+                    s = _chunked_scores(q_lat, q_rope, kv_lat.index(stage), kv_rope.index(stage),
+                                        S_L, BLOCK_N, D_V)  # fmt: skip
                 # Own tile t: S_t and P V_{t-1} done (release tile t - 1); the softmax, P and
-                # the max handed over; P V_t on this half, P from registers.
+                # the max handed over; P V_t on this half.
                 o_now, s_now = warpgroup_mma_wait(0, deps=(o, s))
                 if t > 0:
-                    _release(kv_free.index((t - 1) % 2))
+                    _release(kv_free.index((g + t - 1) % STAGES))
                 scores = s_now * score_scale
                 pos = tok_lo + t * BLOCK_N + s_cols
                 scores = gl.where(pos[None, :] < row_hi[:, None], scores, float("-inf"))
@@ -289,24 +292,24 @@ def _consumer(
                 fence_async_shared()
                 _release(p_ready.index(WG))
                 o_now = o_now * gl.convert_layout(alpha, O_ROW)[:, None]
-                v_half = kv_lat.index(t % 2).slice(WG * HALF, HALF, dim=1)
+                v_half = kv_lat.index(stage).slice(WG * HALF, HALF, dim=1)
                 if P_BUFS == 2:
                     o = warpgroup_mma(p_buf, v_half, o_now, is_async=True)
-                else:
+                else:  # P from registers (the other consumer may overwrite the one buffer)
                     o = warpgroup_mma(gl.convert_layout(p16, P_OP), v_half, o_now, is_async=True)
             # The block's last tile: the other's (its P V here), or own (P V_last in flight).
             last = num_tiles - 1
             o_now = warpgroup_mma_wait(0, deps=(o,))
             if last >= 0:
-                if last % 2 != WG:
+                if (g + last) % 2 != WG:
                     if last > 0:
-                        _release(kv_free.index((last - 1) % 2))
+                        _release(kv_free.index((g + last - 1) % STAGES))
                     o, m_i, l_i = _others_pv(
-                        o_now, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, last,
-                        _tile_use(last, c0, c1), WG, HALF, S_ROW, O_ROW,
+                        o_now, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, g + last, WG, STAGES,
+                        HALF, S_ROW, O_ROW,
                     )  # fmt: skip
                     o_now = warpgroup_mma_wait(0, deps=(o,))
-                _release(kv_free.index(last % 2))
+                _release(kv_free.index((g + last) % STAGES))
             _release(q_free)
             # The two row sums, added: each consumer's through shared memory.
             l_smem.index((blk % 2) * 2 + WG).store(l_i)
@@ -320,8 +323,7 @@ def _consumer(
                 stride_lse_tok, stride_lse_head, stride_po_row, stride_po_head, stride_pl_row,
                 stride_pl_head, WG == 0, HALF, O_L,
             )  # fmt: skip
-            c0 += (num_tiles + 1) // 2
-            c1 += num_tiles // 2
+            g += num_tiles
             blk += 1
 
 
@@ -378,7 +380,7 @@ def gluon_mla_ws_decode_kernel(
     D_V: gl.constexpr, D_R: gl.constexpr, P_FP8: gl.constexpr, SCALES_IN_MEMORY: gl.constexpr,
     GROUP_MODE: gl.constexpr, FAULT: gl.constexpr,
 ):  # fmt: skip
-    gl.static_assert(STAGES == 2, "the warp-specialized decode keeps two KV stages")
+    gl.static_assert(STAGES >= 2, "the warp-specialized decode needs two KV stages or more")
     gl.static_assert(gl.num_warps() == PART_WARPS, "launch it with num_warps=4")
     Q_LAT_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_V], gl.bfloat16)
     Q_ROPE_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_R], gl.bfloat16)
@@ -390,23 +392,24 @@ def gluon_mla_ws_decode_kernel(
 
     q_lat = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, D_V], Q_LAT_SL)
     q_rope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, D_R], Q_ROPE_SL)
-    kv_lat = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, D_V], KV_LAT_SL)
-    kv_rope = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, D_R], KV_ROPE_SL)
+    kv_lat = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, D_V], KV_LAT_SL)
+    kv_rope = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, D_R], KV_ROPE_SL)
     # P: one buffer per consumer where shared memory allows (BLOCK_N 32), each P V reading
     # it there; at BLOCK_N 64 one buffer, the owner multiplying its P from registers.
     P_BUFS: gl.constexpr = 2 if BLOCK_N <= 32 else 1
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [P_BUFS, BLOCK_M, BLOCK_N], P_SL)
     m_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M], FLAT)
     l_smem = gl.allocate_shared_memory(gl.float32, [4, BLOCK_M], FLAT)  # [2 block parity + WG]
-    kv_ready = gl.allocate_shared_memory(gl.int64, [2, 1], BAR)
-    kv_free = gl.allocate_shared_memory(gl.int64, [2, 1], BAR)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], BAR)
+    kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], BAR)
     p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], BAR)
     l_ready = gl.allocate_shared_memory(gl.int64, [2, 1], BAR)
     q_ready = gl.allocate_shared_memory(gl.int64, [1], BAR)
     q_free = gl.allocate_shared_memory(gl.int64, [1], BAR)
-    for i in gl.static_range(2):
+    for i in gl.static_range(STAGES):
         mbarrier.init(kv_ready.index(i), count=1)
-        mbarrier.init(kv_free.index(i), count=2)
+        mbarrier.init(kv_free.index(i), count=2)  # both consumers
+    for i in gl.static_range(2):
         mbarrier.init(p_ready.index(i), count=1)
         mbarrier.init(l_ready.index(i), count=2)
     mbarrier.init(q_ready, count=1)
@@ -426,7 +429,7 @@ def gluon_mla_ws_decode_kernel(
                 qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
                 sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
                 stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
-                fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, D_V, P_FP8, SCALES_IN_MEMORY,
+                fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, STAGES, D_V, P_FP8, SCALES_IN_MEMORY,
                 GROUP_MODE, FAULT,
             )),
             (_consumer, (
@@ -436,7 +439,7 @@ def gluon_mla_ws_decode_kernel(
                 qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
                 sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
                 stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
-                fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, D_V, P_FP8, SCALES_IN_MEMORY,
+                fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, STAGES, D_V, P_FP8, SCALES_IN_MEMORY,
                 GROUP_MODE, FAULT,
             )),
             (_loader, (
@@ -444,7 +447,7 @@ def gluon_mla_ws_decode_kernel(
                 kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
                 kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head,
                 stride_kv_block, stride_kv_slot, heads_per_work, fold_ratio, seq_q, PAGE_SIZE,
-                CAUSAL, BLOCK_N, D_V, D_R, GROUP_MODE, FAULT,
+                CAUSAL, BLOCK_N, STAGES, D_V, D_R, GROUP_MODE, FAULT,
             )),
         ],
         [PART_WARPS, PART_WARPS],

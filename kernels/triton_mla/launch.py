@@ -245,7 +245,7 @@ def plan_launch(
     use_gluon = bool(cfg.pop("GLUON", 0)) and hopper
     use_ws = bool(cfg.pop("WS", 0)) and use_gluon and gluon_mla.ws_usable(q, kv_cache)
     if use_ws:
-        cfg |= {"STAGES": 2, "num_warps": 4}  # the one shape it has: 3 warpgroups of 4 warps
+        cfg["num_warps"] = 4  # its partitions' shape: 3 warpgroups of 4 warps
     split_groups = bool(cfg.pop("SPLIT_GROUPS", False)) and plan.fold_ratio > 1
     if head_groups > 1:
         group_mode, groups = 2, head_groups

@@ -86,7 +86,7 @@ print(json.dumps({
 )
 @pytest.mark.parametrize(
     ("kind", "block_n", "stages"),
-    [("bf16", 64, 2), ("bf16", 32, 3), ("fp8", 64, 3), ("ws", 64, 2)],
+    [("bf16", 64, 2), ("bf16", 32, 3), ("fp8", 64, 3), ("ws", 32, 4), ("ws", 64, 2)],
 )
 def test_the_gluon_decode_compiles_for_sm90_with_this_triton(
     kind: str, block_n: int, stages: int, tmp_path: Path

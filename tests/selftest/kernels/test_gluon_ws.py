@@ -37,7 +37,9 @@ pytestmark = [
     ),
 ]
 
-WS = {"GLUON": 1, "WS": 1, "BLOCK_N": 64, "STAGES": 2, "num_warps": 4}
+WS = {"GLUON": 1, "WS": 1, "BLOCK_N": 32, "STAGES": 4, "num_warps": 4}
+WS_CONFIGS = [WS, WS | {"BLOCK_N": 64, "STAGES": 2}, WS | {"STAGES": 2}]
+WS_IDS = [f"n{c['BLOCK_N']}-s{c['STAGES']}" for c in WS_CONFIGS]
 
 
 @pytest.fixture
@@ -54,32 +56,35 @@ def ws_launches(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return calls
 
 
+@pytest.mark.parametrize("config", WS_CONFIGS, ids=WS_IDS)
 @pytest.mark.parametrize("page_size", [1, 16, 64])
-def test_ws_h64_split_and_unsplit_works(page_size: int, ws_launches) -> None:
+def test_ws_h64_split_and_unsplit_works(page_size: int, config: dict, ws_launches) -> None:
     case = make_case([150, 37, 300, 5], q_len=1, num_heads=64, page_size=page_size, seed=21)
     cut = max(1, 96 // page_size)
     tiles = unfolded_tiles(case, {0: (cut,), 2: (cut, 2 * cut)})
     plan = hand_plan(case, tiles, num_programs=5, heads_per_work=64)
-    check(case, plan, causal=True, config=WS)
+    check(case, plan, causal=True, config=config)
     assert ws_launches == [True], "the warp-specialized kernel did not run"
 
 
-def test_ws_long_works_odd_and_even_tile_counts(ws_launches) -> None:
-    # 1, 2, 3 ... 9 tiles of 64 tokens a block, one program walking several works: the two
-    # consumers' hand-overs and the barrier phases carried from block to block.
+@pytest.mark.parametrize("config", WS_CONFIGS, ids=WS_IDS)
+def test_ws_long_works_odd_and_even_tile_counts(config: dict, ws_launches) -> None:
+    # Blocks of 1 to 18 tiles, several works a program: the two consumers' hand-overs, the
+    # tile owner alternating across blocks and the barrier phases carried from block to block.
     case = make_case([64, 128, 190, 260, 320, 64 * 7 + 3, 512, 575], q_len=1, num_heads=64,
                      page_size=64, seed=29)  # fmt: skip
     plan = hand_plan(case, unfolded_tiles(case, {4: (2,)}), num_programs=3, heads_per_work=64)
-    check(case, plan, causal=True, config=WS)
+    check(case, plan, causal=True, config=config)
     assert ws_launches == [True]
 
 
-def test_ws_causal_q4_packed_rows_and_masked_split(ws_launches) -> None:
+@pytest.mark.parametrize("config", WS_CONFIGS, ids=WS_IDS)
+def test_ws_causal_q4_packed_rows_and_masked_split(config: dict, ws_launches) -> None:
     case = make_case([70, 17, 45, 2], q_len=4, num_heads=16, page_size=16, seed=22)
     plan = hand_plan(case, unfolded_tiles(case, {0: (2,), 1: (1,)}), num_programs=3,
                      heads_per_work=16)  # fmt: skip
-    check(case, plan, causal=True, config=WS)
-    check(case, plan, causal=False, config=WS)
+    check(case, plan, causal=True, config=config)
+    check(case, plan, causal=False, config=config)
     assert ws_launches == [True, True]
 
 
