@@ -35,7 +35,6 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    async_copy,
     fence_async_shared,
     mbarrier,
     warpgroup_mma,
@@ -43,36 +42,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from kernels.gluon_mla.decode_kernel import (
-    BLOCK_M,
-    _cp_async,
-    _cta_barrier,
-    _issue_tile,
-    _row_limit,
-    _rows,
-    _slot_offsets,
-)
+from kernels.gluon_mla.decode_kernel import BLOCK_M, _cta_barrier, _rows
+from kernels.gluon_mla.ws_loader import LOADER_WARPS, _block_bounds, _loader, _stage
 from kernels.triton_mla.work import _program_slice, _work_span
 
-CHUNK = gl.constexpr(16)  # rows a loader pass copies (16 x 576 bf16: 9 vectors a thread)
-PART_WARPS = gl.constexpr(4)  # warps of each partition (one warpgroup)
+PART_WARPS = gl.constexpr(4)  # warps of each consumer partition (one warpgroup)
 CONSUMER_REGS = gl.constexpr(232)  # registers a thread of consumer 1 (O half: 128)
 LOADER_REGS = gl.constexpr(40)  # registers a loader thread
-
-
-@gluon.jit
-def _block_bounds(
-    m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, q_begin, q_len, kv_len,
-    tok_lo, tok_hi, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, ROW: gl.constexpr,
-):  # fmt: skip
-    """(each row's token limit in `ROW`, the block's limit, its tile count)."""
-    row_ok, _, _, token, _ = _rows(
-        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, ROW
-    )
-    row_hi = _row_limit(token, q_begin, q_len, kv_len, tok_hi, CAUSAL)
-    block_hi = gl.max(gl.where(row_ok, row_hi, tok_lo), axis=0)
-    num_tiles = gl.cdiv(gl.maximum(block_hi - tok_lo, 0), BLOCK_N)
-    return row_hi, block_hi, num_tiles
 
 
 @gluon.jit
@@ -92,87 +68,6 @@ def _chunked_scores(q_lat, q_rope, lat_buf, rope_buf, S_L: gl.constexpr, BLOCK_N
     for c in range(D_V // 64):
         s = warpgroup_mma(q_chunks.index(c), k_chunks.index(c).permute((1, 0)), s, is_async=True)
     return s
-
-
-@gluon.jit
-def _stage(g, STAGES: gl.constexpr):
-    """(buffer, mbarrier phase) of the program's tile `g` (counted over all its blocks)."""
-    return g % STAGES, (g // STAGES) & 1
-
-
-@gluon.jit
-def _loader(
-    q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free,
-    q_ptr, kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
-    kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head, stride_kv_block,
-    stride_kv_slot, heads_per_work, fold_ratio, seq_q,
-    PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-    D_V: gl.constexpr, D_R: gl.constexpr, GROUP_MODE: gl.constexpr, FAULT: gl.constexpr,
-):  # fmt: skip
-    """The loader partition: Q per block, then every KV tile into the next stage."""
-    LOAD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PART_WARPS, 1], [1, 0])
-    LOAD_ROW: gl.constexpr = gl.SliceLayout(1, LOAD)
-    cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
-    cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
-    if GROUP_MODE == 0:
-        pid = gl.program_id(0)
-        grp = 0
-    else:
-        pid = gl.program_id(1)
-        grp = gl.program_id(0)
-    work_begin = gl.load(work_indptr_ptr + pid)
-    work_end = gl.load(work_indptr_ptr + pid + 1)
-    g = 0  # tiles of the blocks before this one (tile j of a block is the program's g + j)
-    blk = 0  # blocks before this one
-    for w in range(work_begin, work_end):
-        (
-            _, qo_start, group, _, q_begin, q_len, page_begin, _, kv_len, tok_lo, tok_hi,
-            num_rows,
-        ) = _work_span(
-            work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
-            heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
-        )  # fmt: skip
-        for m0 in range(0, num_rows, BLOCK_M):
-            _row_hi, block_hi, num_tiles = _block_bounds(
-                m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, q_begin,
-                q_len, kv_len, tok_lo, tok_hi, CAUSAL, BLOCK_N, LOAD_ROW,
-            )  # fmt: skip
-            mbarrier.wait(q_free, (blk & 1) ^ 1)  # both consumers are done with the last Q
-            for r in gl.static_range(BLOCK_M // CHUNK):
-                rows = m0 + r * CHUNK + gl.arange(0, CHUNK, layout=LOAD_ROW)
-                row_ok = rows < num_rows
-                vrow = qo_start + rows // heads_per_work
-                token = (vrow // (fold_ratio * seq_q)) * seq_q + vrow % seq_q
-                head = group * heads_per_work + rows % heads_per_work
-                q_row = token.to(gl.int64) * stride_q_tok + head.to(gl.int64) * stride_q_head
-                q_base = q_ptr + q_row[:, None]
-                _cp_async(q_lat.slice(r * CHUNK, CHUNK), q_base + cols_v[None, :],
-                          mask=row_ok[:, None])  # fmt: skip
-                _cp_async(q_rope.slice(r * CHUNK, CHUNK), q_base + D_V + cols_r[None, :],
-                          mask=row_ok[:, None])  # fmt: skip
-            async_copy.commit_group()
-            async_copy.wait_group(0)
-            fence_async_shared()
-            _cta_barrier()
-            mbarrier.arrive(q_ready)
-            for j in range(num_tiles):
-                stage, phase = _stage(g + j, STAGES)
-                mbarrier.wait(kv_free.index(stage), phase ^ 1)  # its last tile released
-                for r in gl.static_range(BLOCK_N // CHUNK):
-                    slot, ok = _slot_offsets(
-                        kv_indices_ptr, page_begin, tok_lo + j * BLOCK_N + r * CHUNK, block_hi,
-                        stride_kv_block, stride_kv_slot, CHUNK, PAGE_SIZE, LOAD_ROW,
-                    )  # fmt: skip
-                    _issue_tile(
-                        kv_ptr, slot, ok, kv_lat.index(stage).slice(r * CHUNK, CHUNK),
-                        kv_rope.index(stage).slice(r * CHUNK, CHUNK), D_V, D_R, LOAD,
-                    )  # fmt: skip
-                async_copy.wait_group(0)
-                fence_async_shared()
-                _cta_barrier()
-                mbarrier.arrive(kv_ready.index(stage))
-            g += num_tiles
-            blk += 1
 
 
 @gluon.jit
@@ -450,6 +345,6 @@ def gluon_mla_ws_decode_kernel(
                 CAUSAL, BLOCK_N, STAGES, D_V, D_R, GROUP_MODE, FAULT,
             )),
         ],
-        [PART_WARPS, PART_WARPS],
+        [PART_WARPS, LOADER_WARPS],
         [CONSUMER_REGS, LOADER_REGS],
     )  # fmt: skip
