@@ -40,9 +40,13 @@ _cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_glo
 
 
 @gluon.jit
-def _rows(m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, LAYOUT: gl.constexpr):
-    """The block's packed rows in `LAYOUT`: (in range, virtual row, local head, token, head)."""
-    rows = m0 + gl.arange(0, BLOCK_M, layout=LAYOUT)
+def _rows(
+    m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, LAYOUT: gl.constexpr,
+    ROWS: gl.constexpr = BLOCK_M,
+):  # fmt: skip
+    """The packed rows ``m0 .. m0 + ROWS - 1`` in `LAYOUT`: (in range, virtual row, local
+    head, token, head)."""
+    rows = m0 + gl.arange(0, ROWS, layout=LAYOUT)
     row_ok = rows < num_rows
     vrow = qo_start + rows // heads_per_work
     head_local = rows % heads_per_work

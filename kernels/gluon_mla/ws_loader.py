@@ -22,7 +22,7 @@ from kernels.gluon_mla.decode_kernel import (
     _rows,
     _slot_offsets,
 )
-from kernels.triton_mla.work import _work_span
+from kernels.triton_mla.work import _program_slice, _work_span
 
 CHUNK = gl.constexpr(16)  # rows a loader pass copies (16 x 576 bf16: 9 vectors a thread)
 LOADER_WARPS = gl.constexpr(4)  # one warpgroup
@@ -63,14 +63,10 @@ def _loader(
     LOAD_ROW: gl.constexpr = gl.SliceLayout(1, LOAD)
     cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
     cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
-    if GROUP_MODE == 0:
-        pid = gl.program_id(0)
-        grp = 0
-    else:
-        pid = gl.program_id(1)
-        grp = gl.program_id(0)
-    work_begin = gl.load(work_indptr_ptr + pid)
-    work_end = gl.load(work_indptr_ptr + pid + 1)
+    # The work range of `_program_slice` (the scales are the consumers').
+    grp, work_begin, work_end, _kv_scale, _score_scale = _program_slice(
+        work_indptr_ptr, work_indptr_ptr, work_indptr_ptr, 1.0, 1.0, 1.0, False, GROUP_MODE, FAULT,
+    )  # fmt: skip
     g = 0  # tiles of the blocks before this one (tile j of a block is the program's g + j)
     blk = 0  # blocks before this one
     for w in range(work_begin, work_end):
@@ -88,11 +84,10 @@ def _loader(
             )  # fmt: skip
             mbarrier.wait(q_free, (blk & 1) ^ 1)  # both consumers are done with the last Q
             for r in gl.static_range(BLOCK_M // CHUNK):
-                rows = m0 + r * CHUNK + gl.arange(0, CHUNK, layout=LOAD_ROW)
-                row_ok = rows < num_rows
-                vrow = qo_start + rows // heads_per_work
-                token = (vrow // (fold_ratio * seq_q)) * seq_q + vrow % seq_q
-                head = group * heads_per_work + rows % heads_per_work
+                row_ok, _vrow, _local, token, head = _rows(
+                    m0 + r * CHUNK, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group,
+                    LOAD_ROW, CHUNK,
+                )  # fmt: skip
                 q_row = token.to(gl.int64) * stride_q_tok + head.to(gl.int64) * stride_q_head
                 q_base = q_ptr + q_row[:, None]
                 _cp_async(q_lat.slice(r * CHUNK, CHUNK), q_base + cols_v[None, :],
