@@ -120,9 +120,10 @@ def _store_block(
     o, m_i, l_cols, kv_scale, m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group,
     partial_loc, part_head, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, stride_o_tok,
     stride_o_head, stride_lse_tok, stride_lse_head, stride_po_row, stride_po_head, stride_pl_row,
-    stride_pl_head, D_V: gl.constexpr, O_L: gl.constexpr,
+    stride_pl_head, D_V: gl.constexpr, O_L: gl.constexpr, WITH_LSE: gl.constexpr = True,
 ):  # fmt: skip
-    """A block's rows, normalised (times kv_scale): final O and LSE, or a partial's."""
+    """A block's rows, normalised (times kv_scale): final O and LSE, or a partial's. `D_V`
+    columns from `out_ptr` / `part_o_ptr` on; the LSE too with `WITH_LSE`."""
     O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
     o_cols = gl.arange(0, D_V, layout=gl.SliceLayout(0, O_L))
     l_i = gl.sum(l_cols, axis=1)
@@ -145,14 +146,16 @@ def _store_block(
             out_o.to(out_ptr.dtype.element_ty),
             mask=o_ok[:, None],
         )
-        l_off = o_token.to(gl.int64) * stride_lse_tok + o_head.to(gl.int64) * stride_lse_head
-        gl.store(lse_ptr + l_off, lse, mask=o_ok)
+        if WITH_LSE:
+            l_off = o_token.to(gl.int64) * stride_lse_tok + o_head.to(gl.int64) * stride_lse_head
+            gl.store(lse_ptr + l_off, lse, mask=o_ok)
     else:
         prow = (partial_loc + o_vrow - qo_start).to(gl.int64)
         phead = (part_head + o_head_local).to(gl.int64)
         po_row = prow * stride_po_row + phead * stride_po_head
         gl.store(part_o_ptr + po_row[:, None] + o_cols[None, :], out_o, mask=o_ok[:, None])
-        gl.store(part_lse_ptr + prow * stride_pl_row + phead * stride_pl_head, lse, mask=o_ok)
+        if WITH_LSE:
+            gl.store(part_lse_ptr + prow * stride_pl_row + phead * stride_pl_head, lse, mask=o_ok)
 
 
 @gluon.jit

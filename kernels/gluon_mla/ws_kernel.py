@@ -42,7 +42,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from kernels.gluon_mla.decode_kernel import BLOCK_M, _cta_barrier, _rows
+from kernels.gluon_mla.decode_kernel import BLOCK_M, _cta_barrier, _store_block
 from kernels.gluon_mla.ws_loader import LOADER_WARPS, _block_bounds, _loader, _stage
 from kernels.triton_mla.work import _program_slice, _work_span
 
@@ -211,56 +211,15 @@ def _consumer(
             _release(l_ready.index(blk % 2))
             mbarrier.wait(l_ready.index(blk % 2), (blk // 2) & 1)
             l_tot = l_i + l_smem.index((blk % 2) * 2 + 1 - WG).load(S_ROW)
-            _store_half(
-                o_now, m_i, l_tot, kv_scale, m0, num_rows, qo_start, heads_per_work, fold_ratio,
-                seq_q, group, partial_loc, part_head, out_ptr + WG * HALF, lse_ptr,
+            _store_block(  # this consumer's columns; consumer 0 the LSE
+                o_now, m_i, l_tot[:, None], kv_scale, m0, num_rows, qo_start, heads_per_work,
+                fold_ratio, seq_q, group, partial_loc, part_head, out_ptr + WG * HALF, lse_ptr,
                 part_o_ptr + WG * HALF, part_lse_ptr, stride_o_tok, stride_o_head,
                 stride_lse_tok, stride_lse_head, stride_po_row, stride_po_head, stride_pl_row,
-                stride_pl_head, WG == 0, HALF, O_L,
+                stride_pl_head, HALF, O_L, WG == 0,
             )  # fmt: skip
             g += num_tiles
             blk += 1
-
-
-@gluon.jit
-def _store_half(
-    o, m_i, l_i, kv_scale, m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group,
-    partial_loc, part_head, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, stride_o_tok,
-    stride_o_head, stride_lse_tok, stride_lse_head, stride_po_row, stride_po_head, stride_pl_row,
-    stride_pl_head, WITH_LSE: gl.constexpr, WIDTH: gl.constexpr, O_L: gl.constexpr,
-):  # fmt: skip
-    """A consumer's `WIDTH` columns of the block's rows, normalised (times kv_scale): final O
-    (`out_ptr` points at its first column) or a partial's; the LSE too with `WITH_LSE`."""
-    O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
-    o_cols = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, O_L))
-    l_o = gl.convert_layout(l_i, O_ROW)
-    m_o = gl.convert_layout(m_i, O_ROW)
-    seen = l_o > 0.0
-    inv_l = gl.where(seen, kv_scale / gl.where(seen, l_o, 1.0), 0.0)
-    out_o = o * inv_l[:, None]
-    lse = gl.where(
-        seen, (m_o + gl.log2(gl.where(seen, l_o, 1.0))) / 1.4426950408889634, float("-inf")
-    )
-    o_ok, o_vrow, o_head_local, o_token, o_head = _rows(
-        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, O_ROW
-    )
-    if partial_loc < 0:
-        o_row = o_token.to(gl.int64) * stride_o_tok + o_head.to(gl.int64) * stride_o_head
-        gl.store(
-            out_ptr + o_row[:, None] + o_cols[None, :],
-            out_o.to(out_ptr.dtype.element_ty),
-            mask=o_ok[:, None],
-        )
-        if WITH_LSE:
-            l_off = o_token.to(gl.int64) * stride_lse_tok + o_head.to(gl.int64) * stride_lse_head
-            gl.store(lse_ptr + l_off, lse, mask=o_ok)
-    else:
-        prow = (partial_loc + o_vrow - qo_start).to(gl.int64)
-        phead = (part_head + o_head_local).to(gl.int64)
-        po_row = prow * stride_po_row + phead * stride_po_head
-        gl.store(part_o_ptr + po_row[:, None] + o_cols[None, :], out_o, mask=o_ok[:, None])
-        if WITH_LSE:
-            gl.store(part_lse_ptr + prow * stride_pl_row + phead * stride_pl_head, lse, mask=o_ok)
 
 
 @gluon.jit

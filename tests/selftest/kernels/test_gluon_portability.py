@@ -119,6 +119,8 @@ def test_the_gluon_decode_compiles_for_sm90_with_this_triton(
         # (setmaxnreg), tiles handed over on mbarriers.
         assert facts["warps"] == 12 and facts["mbarrier_wait"] > 0, facts
         assert 232 in facts["setmaxnreg"] and 40 in facts["setmaxnreg"], facts
+    if kind == "ws" and block_n == 32:  # the tune candidate: its wgmmas must pipeline
+        assert "C7512" not in done.stdout, "ptxas serialises the warp-specialized wgmmas"
     print(facts, *re.findall(r".*(?:Used \d+ registers|spill|C7512).*", done.stdout), sep="\n")
 
 
