@@ -383,6 +383,9 @@ def run_launch(launch: DecodeLaunch) -> tuple[torch.Tensor, torch.Tensor]:
     return launch.out, launch.lse
 
 
+_WS_KEYS = ("WS", "BLOCK_N", "STAGES", "num_warps")  # what a WS config sets for its kernel
+
+
 def _retry_without_ws(launch: DecodeLaunch, reason: str) -> tuple[torch.Tensor, torch.Tensor]:
     gluon_mla.disable_ws(reason)
     warnings.warn(
@@ -390,8 +393,8 @@ def _retry_without_ws(launch: DecodeLaunch, reason: str) -> tuple[torch.Tensor, 
         "using the Gluon decode from now on",
         stacklevel=4,
     )
-    call = dict(launch.call)
-    call["config"] = {**(call["config"] or {}), "WS": 0}
+    call = dict(launch.call)  # the Gluon decode's own tile configuration
+    call["config"] = {k: v for k, v in (call["config"] or {}).items() if k not in _WS_KEYS}
     return persistent_mla_decode(**call)
 
 
