@@ -72,9 +72,9 @@ def gluon_launches(monkeypatch: pytest.MonkeyPatch) -> list[torch.dtype]:
     calls: list[torch.dtype] = []
     real = gluon_mla.kernel
 
-    def spy(kv_dtype: torch.dtype = torch.bfloat16):
+    def spy(kv_dtype: torch.dtype = torch.bfloat16, ws: bool = False):
         calls.append(kv_dtype)
-        return real(kv_dtype)
+        return real(kv_dtype, ws=ws)
 
     monkeypatch.setattr(gluon_mla, "kernel", spy)
     return calls
