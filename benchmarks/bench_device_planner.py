@@ -119,11 +119,10 @@ def profile_case(batch: int, *, heads: int, page: int, max_kv: int, warps: Seque
     call = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in host_call.items()}
     index = {k: call.pop(k) for k in ("qo_indptr", "kv_indptr", "kv_last_page_lens")}
     buffers = device_plan.plan_buffers(**index, **call)
-    entries = buffers.scratch.numel() // planner_setup.SCRATCH_FIELDS.value
-    lanes = max(device_plan.MIN_BLOCK, 1 << (entries - 1).bit_length())  # the walk's BLOCK
+    lanes = max(device_plan.MIN_BLOCK, 1 << (buffers.entries - 1).bit_length())  # the walk's BLOCK
     warps = [w for w in warps if 32 * w <= lanes]  # more threads than lanes: never chosen
     forms = {"fused": {"fused": True}, "split": {"fused": False, "pdl": False}}
-    if torch.cuda.get_device_capability()[0] >= 9:
+    if device_plan.programmatic_launch(index["kv_indptr"].device):
         forms["split-pdl"] = {"fused": False, "pdl": True}
     rows = []
     for (form, keywords), num_warps in itertools.product(forms.items(), (None, *warps)):

@@ -25,7 +25,7 @@ import torch
 
 from benchmarks.bench_device_planner import CHAIN, _graph, _mismatches, _replay_ms, save_rows
 from benchmarks.decode.cases import KV_SCALE_FP8, PAGE_SIZE, Q_SCALE_FP8, SM_SCALE
-from benchmarks.decode.timing import FLUSH_BYTES
+from benchmarks.decode.timing import FLUSH_BYTES, flushed_run
 from benchmarks.table import fixed_width_table
 
 STEP_REPLAYS = 30
@@ -136,12 +136,7 @@ def interleaved_us(
     for rep in range(replays):
         order = range(len(graphs)) if rep % 2 == 0 else reversed(range(len(graphs)))
         for i in order:
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            flush.sum()  # a read evicts L2 without leaving dirty lines behind
-            start.record()
-            graphs[i].replay()
-            stop.record()
-            timed[i].append((start, stop))
+            timed[i].append(flushed_run(flush, graphs[i].replay))
     torch.cuda.synchronize()
     return [statistics.median(a.elapsed_time(b) for a, b in t) * 1e3 for t in timed]
 

@@ -62,14 +62,19 @@ class Timer:
     def _times(self, run: Callable[[], Any], reps: int) -> list[float]:
         import torch
 
-        events = [
-            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            for _ in range(reps)
-        ]
-        for start, end in events:
-            self.flush.sum()  # read 256 MiB: evicts L2 without leaving dirty lines behind
-            start.record()
-            run()
-            end.record()
+        events = [flushed_run(self.flush, run) for _ in range(reps)]
         torch.cuda.synchronize()
         return [start.elapsed_time(end) for start, end in events]
+
+
+def flushed_run(flush: Any, run: Callable[[], Any]) -> tuple[Any, Any]:
+    """Evict L2 by reading `flush` (no dirty lines left behind), then `run` between two
+    recorded CUDA events; the caller synchronizes before reading their elapsed time."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    flush.sum()
+    start.record()
+    run()
+    end.record()
+    return start, end
