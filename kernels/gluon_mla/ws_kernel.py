@@ -20,14 +20,15 @@ the loader; `setmaxnreg` gives each consumer thread 232 registers, a loader thre
 - Each consumer keeps the row sum of its own tiles; the two are added once at the end of a
   block (through shared memory) and each consumer stores its half of O (consumer 0 the LSE).
 
-Shared memory: Q 72 KiB, the KV stages (72 KiB each at 64 tokens, 36 KiB at 32), P, the
-handed-over max and the row sums, the mbarriers. At ``BLOCK_N`` 64 (two stages: 225.7 KiB)
-there is room for one P buffer only, so the owner multiplies its P from registers, and ptxas
-then serialises the consumers' ``wgmma``s for want of registers; at ``BLOCK_N`` 32 each
-consumer's P has a buffer of its own (four stages: 225.7 KiB) and the ``wgmma``s pipeline.
-Every buffer's reuse is ordered by the mbarriers (`kv_ready`/`kv_free` per stage,
-`q_ready`/`q_free`, `p_ready` per consumer, `l_ready` per block parity); every waiter's
-phase is counted from the program's tiles and blocks so far.
+Shared memory: Q 72 KiB, the KV stages (72 KiB each at 64 tokens, 36 KiB at 32), the
+handed-over max and the row sums, the mbarriers (217.7 KiB at ``BLOCK_N`` 64 with two stages,
+at 32 with four). P has no buffer of its own: once the owner's ``S = Q Kᵀ`` of a tile is
+done, that tile's rope columns (``BLOCK_N x 64`` bf16, the bytes of a ``64 x BLOCK_N`` P)
+are dead until the stage is released, so the owner writes P there and both consumers' ``P
+V`` read it from shared memory: no register-A MMA, so ptxas does not serialise the
+``wgmma``s. Every buffer's reuse is ordered by the mbarriers (`kv_ready`/`kv_free` per
+stage, `q_ready`/`q_free`, `p_ready` per consumer, `l_ready` per block parity); every
+waiter's phase is counted from the program's tiles and blocks so far.
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ def _chunked_scores(q_lat, q_rope, lat_buf, rope_buf, S_L: gl.constexpr, BLOCK_N
 
 
 @gluon.jit
+def _p_tile(kv_rope, g, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Tile `g`'s P (``[BLOCK_M, BLOCK_N]`` bf16) in that tile's rope buffer."""
+    P_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.bfloat16)
+    return kv_rope.index(g % STAGES)._reinterpret(gl.bfloat16, [BLOCK_M, BLOCK_N], P_SL)
+
+
+@gluon.jit
 def _release(bar):
     """This partition's arrival on `bar`, once all its warps got there."""
     _cta_barrier()
@@ -79,8 +87,8 @@ def _release(bar):
 
 @gluon.jit
 def _others_pv(
-    o, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, g, WG: gl.constexpr, STAGES: gl.constexpr,
-    HALF: gl.constexpr, S_ROW: gl.constexpr, O_ROW: gl.constexpr,
+    o, m_i, l_i, kv_rope, m_smem, kv_lat, p_ready, g, WG: gl.constexpr, STAGES: gl.constexpr,
+    BLOCK_N: gl.constexpr, HALF: gl.constexpr, S_ROW: gl.constexpr, O_ROW: gl.constexpr,
 ):  # fmt: skip
     """The other consumer's tile `g` (the program's) on this half: once it handed over P and
     the max through that tile, rescale O and ΣP to that max and issue ``P V`` (async)."""
@@ -89,13 +97,13 @@ def _others_pv(
     alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
     o = o * gl.convert_layout(alpha, O_ROW)[:, None]
     v_half = kv_lat.index(g % STAGES).slice(WG * HALF, HALF, dim=1)
-    p_buf = p_smem.index((g % 2) % p_smem.shape[0])
+    p_buf = _p_tile(kv_rope, g, STAGES, BLOCK_N)
     return warpgroup_mma(p_buf, v_half, o, is_async=True), m_new, l_i * alpha
 
 
 @gluon.jit
 def _consumer(
-    WG: gl.constexpr, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem,
+    WG: gl.constexpr, q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem,
     kv_ready, kv_free, q_ready, q_free, p_ready, l_ready,
     out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr,
     kv_last_page_lens_ptr, qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value,
@@ -115,8 +123,6 @@ def _consumer(
     O_L: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[PART_WARPS, 1], instr_shape=[16, HALF, 16]
     )
-    P_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)
-    P_BUFS: gl.constexpr = p_smem.shape[0]  # 2: each consumer's P in its own buffer
     S_ROW: gl.constexpr = gl.SliceLayout(1, S_L)
     O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
 
@@ -156,8 +162,8 @@ def _consumer(
                     s = _chunked_scores(q_lat, q_rope, kv_lat.index(stage), kv_rope.index(stage),
                                         S_L, BLOCK_N, D_V)  # fmt: skip
                     o, m_i, l_i = _others_pv(
-                        o_now, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, g + t - 1, WG, STAGES,
-                        HALF, S_ROW, O_ROW,
+                        o_now, m_i, l_i, kv_rope, m_smem, kv_lat, p_ready, g + t - 1, WG, STAGES,
+                        BLOCK_N, HALF, S_ROW, O_ROW,
                     )  # fmt: skip
                 else:
                     mbarrier.wait(kv_ready.index(stage), phase)
@@ -181,17 +187,14 @@ def _consumer(
                     p16 = p.to(gl.bfloat16)
                 l_i = l_i * alpha + gl.sum(p, axis=1)  # ΣP unrounded, as the Gluon decode
                 m_i = m_new
-                p_buf = p_smem.index(WG % P_BUFS)
+                p_buf = _p_tile(kv_rope, g + t, STAGES, BLOCK_N)  # its rope columns: dead now
                 p_buf.store(p16)
                 m_smem.store(m_new)
                 fence_async_shared()
                 _release(p_ready.index(WG))
                 o_now = o_now * gl.convert_layout(alpha, O_ROW)[:, None]
                 v_half = kv_lat.index(stage).slice(WG * HALF, HALF, dim=1)
-                if P_BUFS == 2:
-                    o = warpgroup_mma(p_buf, v_half, o_now, is_async=True)
-                else:  # P from registers (the other consumer may overwrite the one buffer)
-                    o = warpgroup_mma(gl.convert_layout(p16, P_OP), v_half, o_now, is_async=True)
+                o = warpgroup_mma(p_buf, v_half, o_now, is_async=True)
             # The block's last tile: the other's (its P V here), or own (P V_last in flight).
             last = num_tiles - 1
             o_now = warpgroup_mma_wait(0, deps=(o,))
@@ -200,8 +203,8 @@ def _consumer(
                     if last > 0:
                         _release(kv_free.index((g + last - 1) % STAGES))
                     o, m_i, l_i = _others_pv(
-                        o_now, m_i, l_i, p_smem, m_smem, kv_lat, p_ready, g + last, WG, STAGES,
-                        HALF, S_ROW, O_ROW,
+                        o_now, m_i, l_i, kv_rope, m_smem, kv_lat, p_ready, g + last, WG, STAGES,
+                        BLOCK_N, HALF, S_ROW, O_ROW,
                     )  # fmt: skip
                     o_now = warpgroup_mma_wait(0, deps=(o,))
                 _release(kv_free.index((g + last) % STAGES))
@@ -240,7 +243,7 @@ def gluon_mla_ws_decode_kernel(
     Q_ROPE_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_R], gl.bfloat16)
     KV_LAT_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], gl.bfloat16)
     KV_ROPE_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_R], gl.bfloat16)
-    P_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.bfloat16)
+    gl.static_assert(BLOCK_M * BLOCK_N == BLOCK_N * D_R, "P takes a tile's rope buffer")
     FLAT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])  # rows of floats
     BAR: gl.constexpr = mbarrier.MBarrierLayout()
 
@@ -248,10 +251,6 @@ def gluon_mla_ws_decode_kernel(
     q_rope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, D_R], Q_ROPE_SL)
     kv_lat = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, D_V], KV_LAT_SL)
     kv_rope = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, D_R], KV_ROPE_SL)
-    # P: one buffer per consumer where shared memory allows (BLOCK_N 32), each P V reading
-    # it there; at BLOCK_N 64 one buffer, the owner multiplying its P from registers.
-    P_BUFS: gl.constexpr = 2 if BLOCK_N <= 32 else 1
-    p_smem = gl.allocate_shared_memory(gl.bfloat16, [P_BUFS, BLOCK_M, BLOCK_N], P_SL)
     m_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M], FLAT)
     l_smem = gl.allocate_shared_memory(gl.float32, [4, BLOCK_M], FLAT)  # [2 block parity + WG]
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], BAR)
@@ -277,7 +276,7 @@ def gluon_mla_ws_decode_kernel(
     gl.warp_specialize(
         [
             (_consumer, (
-                0, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem, kv_ready, kv_free,
+                0, q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem, kv_ready, kv_free,
                 q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
                 work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
                 qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
@@ -287,7 +286,7 @@ def gluon_mla_ws_decode_kernel(
                 GROUP_MODE, FAULT,
             )),
             (_consumer, (
-                1, q_lat, q_rope, kv_lat, kv_rope, p_smem, m_smem, l_smem, kv_ready, kv_free,
+                1, q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem, kv_ready, kv_free,
                 q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
                 work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
                 qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
