@@ -16,7 +16,8 @@ the loader; `setmaxnreg` gives each consumer thread 232 registers, a loader thre
   multiplies its P by its half of V. For the other's tile it rescales by the handed-over
   max and multiplies the other's P by its half of V. It issues the score of its next tile
   before it waits for the other's P, so the tensor cores score one tile while the other
-  consumer runs the softmax of the previous one.
+  consumer runs the softmax of the previous one; and its softmax waits for that score
+  alone, so the other's ``P V`` on this half runs under it.
 - Each consumer keeps the row sum of its own tiles; the two are added once at the end of a
   block (through shared memory) and each consumer stores its half of O (consumer 0 the LSE).
 
@@ -152,7 +153,8 @@ def _consumer(
             mbarrier.wait(q_ready, blk & 1)
             for t in range((WG + g) % 2, num_tiles, 2):
                 # The other's tile t - 1 (if any): release tile t - 2 (own, its P V done),
-                # issue S_t, then (once the other handed over P) P V_{t-1} on this half.
+                # issue S_t, then (once the other handed over P) P V_{t-1} on this half; wait
+                # for S_t alone, P V_{t-1} (issued after it) running on under the softmax.
                 stage, phase = _stage(g + t, STAGES)
                 if t > 0:
                     o_now = warpgroup_mma_wait(0, deps=(o,))
@@ -165,15 +167,14 @@ def _consumer(
                         o_now, m_i, l_i, kv_rope, m_smem, kv_lat, p_ready, g + t - 1, WG, STAGES,
                         BLOCK_N, HALF, S_ROW, O_ROW,
                     )  # fmt: skip
+                    s_now = warpgroup_mma_wait(1, deps=(s,))
                 else:
                     mbarrier.wait(kv_ready.index(stage), phase)
                     s = _chunked_scores(q_lat, q_rope, kv_lat.index(stage), kv_rope.index(stage),
                                         S_L, BLOCK_N, D_V)  # fmt: skip
-                # Own tile t: S_t and P V_{t-1} done (release tile t - 1); the softmax, P and
-                # the max handed over; P V_t on this half.
-                o_now, s_now = warpgroup_mma_wait(0, deps=(o, s))
-                if t > 0:
-                    _release(kv_free.index((g + t - 1) % STAGES))
+                    s_now = warpgroup_mma_wait(0, deps=(s,))
+                # Own tile t: the softmax, P and the max handed over; then, P V_{t-1} done
+                # (release tile t - 1), O rescaled and P V_t issued on this half.
                 scores = s_now * score_scale
                 pos = tok_lo + t * BLOCK_N + s_cols
                 scores = gl.where(pos[None, :] < row_hi[:, None], scores, float("-inf"))
@@ -192,6 +193,9 @@ def _consumer(
                 m_smem.store(m_new)
                 fence_async_shared()
                 _release(p_ready.index(WG))
+                o_now = warpgroup_mma_wait(0, deps=(o,))
+                if t > 0:
+                    _release(kv_free.index((g + t - 1) % STAGES))
                 o_now = o_now * gl.convert_layout(alpha, O_ROW)[:, None]
                 v_half = kv_lat.index(stage).slice(WG * HALF, HALF, dim=1)
                 o = warpgroup_mma(p_buf, v_half, o_now, is_async=True)
