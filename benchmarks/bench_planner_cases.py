@@ -109,6 +109,7 @@ def bench_case(heads: int, kv_format: str, batch: int, context: int, *, step: bo
         "causal": True,
         "out": torch.empty(batch, heads, 512, dtype=torch.bfloat16, device="cuda"),
         "lse": torch.empty(batch, heads, dtype=torch.float32, device="cuda"),
+        "max_seq_len": context,  # as the cuda backend passes it
         **scales,
     }
     fixed = plan.for_launch()

@@ -67,6 +67,8 @@ from kernels.triton_mla.config import (
     MMA_V3_MIN_ROWS,
     REDUCE_CONFIGS,
     ROPE_DIM,
+    WS_CONFIG,
+    WS_MAX_TILES,
     select_block_m,
     select_decode_config,
 )
@@ -89,6 +91,8 @@ __all__ = [
     "MMA_V3_MIN_ROWS",
     "REDUCE_CONFIGS",
     "ROPE_DIM",
+    "WS_CONFIG",
+    "WS_MAX_TILES",
     "default_sm_scale",
     "interpreted",
     "mla_reduce",
