@@ -40,6 +40,7 @@ else
   status=1
 fi
 python3 -m pytest tests/selftest/kernels/test_triton_mla.py tests/selftest/kernels/test_gluon_mla.py \
+  tests/selftest/kernels/test_gluon_ws.py \
   --junitxml="$out/kernels.xml" \
   -p no:cacheprovider -q -rfEs || status=$?
 if [ "$bench" = 1 ]; then
