@@ -18,27 +18,22 @@ import pytest
 import torch
 
 _CASES = runpy.run_path(str(Path(__file__).with_name("triton_cases.py")))
-NAMES = "check fp8_mma_score_err hand_plan make_case planned run tm unfolded_tiles"
-check, fp8_mma_score_err, hand_plan, make_case, planned, run, tm, unfolded_tiles = (
-    _CASES[name] for name in NAMES.split()
+NAMES = (
+    "causal_q4_case check folded_h128_case fp8_mma_score_err h64_split_case hand_plan "
+    "hopper_only kv_scale_case kv_scale_in_memory make_case planned run spy_gluon_kernel tm "
+    "unfolded_tiles"
 )
+(
+    causal_q4_case, check, folded_h128_case, fp8_mma_score_err, h64_split_case, hand_plan,
+    hopper_only, kv_scale_case, kv_scale_in_memory, make_case, planned, run, spy_gluon_kernel,
+    tm, unfolded_tiles,
+) = (_CASES[name] for name in NAMES.split())  # fmt: skip
 
-from kernels import gluon_mla  # noqa: E402
 from kernels.triton_mla import HOPPER_CONFIGS  # noqa: E402
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
 
-ON_HOPPER = (
-    torch.cuda.is_available()
-    and torch.version.hip is None
-    and torch.cuda.get_device_capability()[0] == 9
-)
-pytestmark = [
-    pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode needs an sm_90 (Hopper) GPU"),
-    pytest.mark.skipif(
-        not gluon_mla.gluon_importable(), reason="this Triton has no Gluon Hopper module"
-    ),
-]
+pytestmark = hopper_only()
 
 _GLUON = {"GLUON": 1, "num_warps": 8}
 CONFIGS = [
@@ -69,58 +64,38 @@ def check_fp8(case, plan, *, fp8_p: bool = True, **kwargs: object) -> torch.Tens
 @pytest.fixture
 def gluon_launches(monkeypatch: pytest.MonkeyPatch) -> list[torch.dtype]:
     """The cache dtype of each Gluon launch (a test asserts the kernel it tests ran)."""
-    calls: list[torch.dtype] = []
-    real = gluon_mla.kernel
-
-    def spy(kv_dtype: torch.dtype = torch.bfloat16, ws: bool = False):
-        calls.append(kv_dtype)
-        return real(kv_dtype, ws=ws)
-
-    monkeypatch.setattr(gluon_mla, "kernel", spy)
-    return calls
+    return spy_gluon_kernel(monkeypatch, lambda kv_dtype, ws: kv_dtype)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
 @pytest.mark.parametrize("page_size", [1, 16, 64])
 def test_h64_split_and_unsplit_works(page_size: int, config: dict, gluon_launches) -> None:
-    case = make_case([150, 37, 300, 5], q_len=1, num_heads=64, page_size=page_size, seed=21)
-    cut = max(1, 96 // page_size)
-    tiles = unfolded_tiles(case, {0: (cut,), 2: (cut, 2 * cut)})
-    plan = hand_plan(case, tiles, num_programs=5, heads_per_work=64)
+    case, plan = h64_split_case(page_size)
     check(case, plan, causal=True, config=config)
     assert gluon_launches, "the Gluon kernel did not run"
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
 def test_causal_q4_packed_rows_and_masked_split(config: dict, gluon_launches) -> None:
-    # 4 q tokens x 16 heads = 64 rows; b1's split leaves q row 0 one token short of its last
-    # fragment (an all -inf partial); b3 has 2 tokens, so rows of q 0 and 1 see nothing.
-    case = make_case([70, 17, 45, 2], q_len=4, num_heads=16, page_size=16, seed=22)
-    plan = hand_plan(case, unfolded_tiles(case, {0: (2,), 1: (1,)}), num_programs=3,
-                     heads_per_work=16)  # fmt: skip
+    case, plan = causal_q4_case()
     check(case, plan, causal=True, config=config)
     check(case, plan, causal=False, config=config)
     assert gluon_launches, "the Gluon kernel did not run"
 
 
 def test_folded_h128_planner_plan_and_head_groups(gluon_launches) -> None:
-    case = make_case([200, 31, 90], q_len=1, num_heads=128, page_size=16, seed=23)
-    plan = planned(case, arch="triton", num_cus=4)  # 2 x 64 heads, folded
-    assert plan.fold_ratio == 2 and plan.num_partials > 0
+    case, plan, grouped = folded_h128_case()
     check(case, plan, causal=True)  # the default launch
     check(case, plan, causal=True, config={"SPLIT_GROUPS": 1})
-    grouped = hand_plan(case, unfolded_tiles(case, {0: (3,)}), num_programs=2, heads_per_work=64)
     check(case, grouped, causal=True)  # one plan for 64 heads, run for both head groups
     assert len(gluon_launches) == 3, "the Gluon kernel did not take every launch"
 
 
 def test_kv_scale_in_memory_and_e4m3_p(gluon_launches) -> None:
-    case = make_case([80, 33], q_len=1, num_heads=64, page_size=64, seed=24, kv_scale=0.5)
-    plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=64)
+    case, plan = kv_scale_case()
     by_value = check(case, plan, causal=True)
-    kwargs = case.launch_kwargs() | {"kv_scale": torch.tensor([0.5], device=case.q.device)}
-    in_memory, _ = tm.persistent_mla_decode(case.q, case.kv_cache, plan, causal=True, **kwargs)
-    assert torch.equal(in_memory.double().cpu(), by_value), "a kv_scale tensor changed O"
+    in_memory = kv_scale_in_memory(case, plan)
+    assert torch.equal(in_memory, by_value), "a kv_scale tensor changed O"
     rounded = check(case, plan, causal=True, fp8_p=True, p_rel_err=2.0**-3)
     plain, _ = run(case, plan, fp8_p=False)
     assert (rounded - plain).abs().max() > 1e-3, "fp8_p=True did not round P"

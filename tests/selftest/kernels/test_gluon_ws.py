@@ -18,24 +18,17 @@ import pytest
 import torch
 
 _CASES = runpy.run_path(str(Path(__file__).with_name("triton_cases.py")))
-NAMES = "check hand_plan make_case planned run tm unfolded_tiles"
-check, hand_plan, make_case, planned, run, tm, unfolded_tiles = (
-    _CASES[name] for name in NAMES.split()
+NAMES = (
+    "causal_q4_case check folded_h128_case h64_split_case hand_plan hopper_only kv_scale_case "
+    "kv_scale_in_memory make_case run spy_gluon_kernel tm unfolded_tiles"
 )
+(
+    causal_q4_case, check, folded_h128_case, h64_split_case, hand_plan, hopper_only,
+    kv_scale_case, kv_scale_in_memory, make_case, run, spy_gluon_kernel, tm, unfolded_tiles,
+) = (_CASES[name] for name in NAMES.split())  # fmt: skip
 
-from kernels import gluon_mla  # noqa: E402
 
-ON_HOPPER = (
-    torch.cuda.is_available()
-    and torch.version.hip is None
-    and torch.cuda.get_device_capability()[0] == 9
-)
-pytestmark = [
-    pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode needs an sm_90 (Hopper) GPU"),
-    pytest.mark.skipif(
-        not gluon_mla.gluon_importable(), reason="this Triton has no Gluon Hopper module"
-    ),
-]
+pytestmark = hopper_only()
 
 WS = {"GLUON": 1, "WS": 1, "BLOCK_N": 32, "STAGES": 4, "num_warps": 4}
 WS_CONFIGS = [WS, WS | {"BLOCK_N": 64, "STAGES": 2}, WS | {"STAGES": 2}]
@@ -45,24 +38,13 @@ WS_IDS = [f"n{c['BLOCK_N']}-s{c['STAGES']}" for c in WS_CONFIGS]
 @pytest.fixture
 def ws_launches(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """For each Gluon launch, whether it took the warp-specialized kernel."""
-    calls: list[bool] = []
-    real = gluon_mla.kernel
-
-    def spy(kv_dtype: torch.dtype = torch.bfloat16, ws: bool = False):
-        calls.append(ws)
-        return real(kv_dtype, ws=ws)
-
-    monkeypatch.setattr(gluon_mla, "kernel", spy)
-    return calls
+    return spy_gluon_kernel(monkeypatch, lambda kv_dtype, ws: ws)
 
 
 @pytest.mark.parametrize("config", WS_CONFIGS, ids=WS_IDS)
 @pytest.mark.parametrize("page_size", [1, 16, 64])
 def test_ws_h64_split_and_unsplit_works(page_size: int, config: dict, ws_launches) -> None:
-    case = make_case([150, 37, 300, 5], q_len=1, num_heads=64, page_size=page_size, seed=21)
-    cut = max(1, 96 // page_size)
-    tiles = unfolded_tiles(case, {0: (cut,), 2: (cut, 2 * cut)})
-    plan = hand_plan(case, tiles, num_programs=5, heads_per_work=64)
+    case, plan = h64_split_case(page_size)
     check(case, plan, causal=True, config=config)
     assert ws_launches == [True], "the warp-specialized kernel did not run"
 
@@ -80,33 +62,25 @@ def test_ws_long_works_odd_and_even_tile_counts(config: dict, ws_launches) -> No
 
 @pytest.mark.parametrize("config", WS_CONFIGS, ids=WS_IDS)
 def test_ws_causal_q4_packed_rows_and_masked_split(config: dict, ws_launches) -> None:
-    case = make_case([70, 17, 45, 2], q_len=4, num_heads=16, page_size=16, seed=22)
-    plan = hand_plan(case, unfolded_tiles(case, {0: (2,), 1: (1,)}), num_programs=3,
-                     heads_per_work=16)  # fmt: skip
+    case, plan = causal_q4_case()
     check(case, plan, causal=True, config=config)
     check(case, plan, causal=False, config=config)
     assert ws_launches == [True, True]
 
 
 def test_ws_folded_h128_planner_plan_and_head_groups(ws_launches) -> None:
-    case = make_case([200, 31, 90], q_len=1, num_heads=128, page_size=16, seed=23)
-    plan = planned(case, arch="triton", num_cus=4)  # 2 x 64 heads, folded
-    assert plan.fold_ratio == 2 and plan.num_partials > 0
+    case, plan, grouped = folded_h128_case()
     check(case, plan, causal=True, config=WS)
     check(case, plan, causal=True, config=WS | {"SPLIT_GROUPS": 1})
-    grouped = hand_plan(case, unfolded_tiles(case, {0: (3,)}), num_programs=2, heads_per_work=64)
     check(case, grouped, causal=True, config=WS)
     assert ws_launches == [True] * 3, "the warp-specialized kernel did not take every launch"
 
 
 def test_ws_kv_scale_in_memory_and_e4m3_p(ws_launches) -> None:
-    case = make_case([80, 33], q_len=1, num_heads=64, page_size=64, seed=24, kv_scale=0.5)
-    plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=64)
+    case, plan = kv_scale_case()
     by_value = check(case, plan, causal=True, config=WS)
-    kwargs = case.launch_kwargs() | {"kv_scale": torch.tensor([0.5], device=case.q.device)}
-    in_memory, _ = tm.persistent_mla_decode(case.q, case.kv_cache, plan, causal=True, config=WS,
-                                            **kwargs)  # fmt: skip
-    assert torch.equal(in_memory.double().cpu(), by_value), "a kv_scale tensor changed O"
+    in_memory = kv_scale_in_memory(case, plan, config=WS)
+    assert torch.equal(in_memory, by_value), "a kv_scale tensor changed O"
     rounded = check(case, plan, causal=True, fp8_p=True, p_rel_err=2.0**-3, config=WS)
     plain, _ = run(case, plan, fp8_p=False, config=WS)
     assert (rounded - plain).abs().max() > 1e-3, "fp8_p=True did not round P"

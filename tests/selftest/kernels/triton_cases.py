@@ -13,7 +13,9 @@ from __future__ import annotations
 import itertools
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pytest
 import torch
@@ -326,3 +328,82 @@ def planned(case: MlaCase, *, arch: str, num_cus: int, causal: bool = True) -> W
         max_split_per_batch=-1, q_dtype=case.q.dtype, kv_dtype=case.kv_cache.dtype, arch=arch,
         num_cus=num_cus,
     )  # fmt: skip
+
+
+# The Gluon (Hopper) decodes' selftests (test_gluon_mla.py, test_gluon_ws.py): where they
+# run, which kernel each launch took, and the cases both kinds of bf16 kernel are tested on.
+
+T = TypeVar("T")
+ON_HOPPER = ON_GPU and torch.version.hip is None and torch.cuda.get_device_capability()[0] == 9
+
+
+def hopper_only() -> list[pytest.MarkDecorator]:
+    """The marks of a Gluon selftest module: an sm_90 GPU and a Triton with Gluon."""
+    from kernels import gluon_mla
+
+    return [
+        pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode needs an sm_90 (Hopper) GPU"),
+        pytest.mark.skipif(
+            not gluon_mla.gluon_importable(), reason="this Triton has no Gluon Hopper module"
+        ),
+    ]
+
+
+def spy_gluon_kernel(
+    monkeypatch: pytest.MonkeyPatch, entry: Callable[[torch.dtype, bool], T]
+) -> list[T]:
+    """Record ``entry(kv_dtype, ws)`` for each Gluon kernel a launch takes (a test asserts
+    that the kernel it tests ran)."""
+    from kernels import gluon_mla
+
+    calls: list[T] = []
+    real = gluon_mla.kernel
+
+    def spy(kv_dtype: torch.dtype = torch.bfloat16, ws: bool = False):
+        calls.append(entry(kv_dtype, ws))
+        return real(kv_dtype, ws=ws)
+
+    monkeypatch.setattr(gluon_mla, "kernel", spy)
+    return calls
+
+
+def h64_split_case(page_size: int) -> tuple[MlaCase, WorkPlan]:
+    """64 heads, four requests, two of them split (one at two cuts), five programs."""
+    case = make_case([150, 37, 300, 5], q_len=1, num_heads=64, page_size=page_size, seed=21)
+    cut = max(1, 96 // page_size)
+    tiles = unfolded_tiles(case, {0: (cut,), 2: (cut, 2 * cut)})
+    return case, hand_plan(case, tiles, num_programs=5, heads_per_work=64)
+
+
+def causal_q4_case() -> tuple[MlaCase, WorkPlan]:
+    """4 q tokens x 16 heads = 64 packed rows; b1's split leaves q row 0 one token short of its
+    last fragment (an all -inf partial); b3 has 2 tokens, so rows of q 0 and 1 see nothing."""
+    case = make_case([70, 17, 45, 2], q_len=4, num_heads=16, page_size=16, seed=22)
+    plan = hand_plan(case, unfolded_tiles(case, {0: (2,), 1: (1,)}), num_programs=3,
+                     heads_per_work=16)  # fmt: skip
+    return case, plan
+
+
+def folded_h128_case() -> tuple[MlaCase, WorkPlan, WorkPlan]:
+    """128 heads: the planner's folded plan (2 x 64 heads) and a 64-head plan run for both
+    head groups."""
+    case = make_case([200, 31, 90], q_len=1, num_heads=128, page_size=16, seed=23)
+    plan = planned(case, arch="triton", num_cus=4)
+    assert plan.fold_ratio == 2 and plan.num_partials > 0
+    grouped = hand_plan(case, unfolded_tiles(case, {0: (3,)}), num_programs=2, heads_per_work=64)
+    return case, plan, grouped
+
+
+def kv_scale_case() -> tuple[MlaCase, WorkPlan]:
+    """64 heads, a kv_scale of 0.5, one request split."""
+    case = make_case([80, 33], q_len=1, num_heads=64, page_size=64, seed=24, kv_scale=0.5)
+    plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=64)
+    return case, plan
+
+
+def kv_scale_in_memory(case: MlaCase, plan: WorkPlan, **kwargs: object) -> torch.Tensor:
+    """The output with kv_scale given as a one-element tensor (read on the device)."""
+    scale = torch.tensor([case.kv_scale], device=case.q.device)
+    launch = case.launch_kwargs() | {"kv_scale": scale}
+    out, _ = tm.persistent_mla_decode(case.q, case.kv_cache, plan, causal=True, **launch, **kwargs)
+    return out.double().cpu()
