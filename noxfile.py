@@ -1,7 +1,7 @@
 """Sessions of the MLA Conformance Suite (``nox -l`` lists them).
 
 Backend sessions, one per built-in backend of `conformance.targets` (`cpu`, `interpret`,
-`cuda`, `rocm`, `flashinfer`), run the shared conformance set and write
+`cuda`, `rocm`, `flashinfer`, `flashmla`), run the shared conformance set and write
 ``reports/junit/<backend>[-shard-<i>-of-<n>].xml``; `signoff` merges them. A plain ``nox`` runs
 the default ones, then `signoff`. Tags, requirement set, workers and environment follow each
 backend's declaration: its device kind and its environment.

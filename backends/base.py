@@ -233,6 +233,12 @@ class Backend(ABC):
     """q dtypes its decode takes."""
     kv_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.bfloat16,)
     """Paged-cache dtypes its decode takes (fp8: per-tensor ``kv_scale``)."""
+    dtype_pairs: ClassVar[tuple[tuple[torch.dtype, torch.dtype], ...] | None] = None
+    """The (q, cache) dtype pairs its decode takes, where not every pair of ``q_dtypes`` x
+    ``kv_dtypes`` is (FlashMLA: bf16 over bf16 and e4m3 over e4m3 only); None: every pair."""
+    page_sizes: ClassVar[tuple[int, ...] | None] = None
+    """The only page sizes its kernel reads (a plan-free backend; FlashMLA: 64); the suite
+    re-lays a golden batch of another page size into the first. None: any page size."""
     numerics: ClassVar[str] = "fp32-reference"
     """How its decode computes: ``fp32-reference``, ``tensor-core`` (bf16 dot operands) or
     ``dequant-bf16`` (fp8 KV dequantised to bf16 before the dots); selects the tolerance
@@ -290,6 +296,11 @@ class Backend(ABC):
     @abstractmethod
     def availability(self) -> Availability:
         """Whether this backend can run here, and why not."""
+
+    def provenance(self) -> dict[str, str]:
+        """What its decode runs, for the run's sidecar (a library's version, where its
+        binaries came from and their sha256); empty by default."""
+        return {}
 
     @property
     @abstractmethod

@@ -5,13 +5,15 @@ needed; without a CUDA device it says so and exits 0 having run nothing). In one
 
 1. compiles the Triton kernels in parallel processes (`benchmarks.decode.precompile`) while
    FlashInfer, when it imports, JIT-compiles its MLA modules here;
-2. measures the device's ceilings: a 2 GiB device-to-device copy and an 8192³ bf16 matmul
-   (`benchmarks.roofline.measure_ceilings`);
+2. measures the device's ceilings: a 2 GiB device-to-device copy and an 8192³ bf16 and e4m3
+   matmul (`benchmarks.roofline.measure_ceilings`; an e4m3-q case also gets its floor at the
+   e4m3 rate);
 3. optionally (``--tune``) times candidate tile configurations and uses the fastest;
 4. for every case (`benchmarks.decode.cases`: ``--quick`` is the side-by-side table) checks
    and times ours and each peer on the same inputs (`benchmarks.decode.record`): ours
    (`kernels.triton_mla.persistent_mla_decode`, planned as the backend plans), FlashInfer's
-   ``BatchMLAPagedAttentionWrapper`` fa3 and fa2 (`benchmarks.decode.flashinfer_peer`), the
+   ``BatchMLAPagedAttentionWrapper`` fa3 and fa2 (`benchmarks.decode.flashinfer_peer`),
+   DeepSeek's FlashMLA (`benchmarks.decode.flashmla_peer`), the
    classic two-stage split-KV decode and torch's SDPA (`benchmarks.decode.impls`);
 5. writes ``<date>-<gpu>.json`` and ``.md`` under ``--out`` after every case
    (`benchmarks.decode.report`): µs, % of the floor, ours ÷ peer, errors.
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-IMPLS = ("triton", "flashinfer_fa3", "flashinfer_fa2", "baseline", "sdpa")
+IMPLS = ("triton", "flashmla", "flashinfer_fa3", "flashinfer_fa2", "baseline", "sdpa")
 NO_CUDA_MESSAGE = (
     "the decode benchmark needs a CUDA device: torch {version} sees none here; nothing was run"
 )
@@ -82,6 +84,18 @@ def _flashinfer(impls: list[str]) -> tuple[Any, dict[str, Any]]:
     return FlashInferPeer(mla, version, "cuda"), {"available": True, "version": version}
 
 
+def _flashmla(impls: list[str]) -> tuple[Any, dict[str, Any]]:
+    """(the FlashMLA peer or None, its status for the payload)."""
+    if "flashmla" not in impls:
+        return None, {"available": False, "reason": "not requested (--impls)"}
+    from benchmarks.decode.flashmla_peer import FlashMLAPeer, load
+
+    ops, source = load()
+    if ops is None:
+        return None, {"available": False, "reason": source}
+    return FlashMLAPeer(ops, source), {"available": True, "source": source}
+
+
 def _command(argv: Sequence[str]) -> str:
     """The command line as recorded: the output folder named ``OUT`` (no machine path)."""
     words = [("--out=OUT" if w.startswith("--out=") else w) for w in argv]
@@ -122,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra = [c for k in tune_keys for c in cs.TUNE_SHAPES[k]]
     extra += cs.ABLATION_SHAPES if args.ablate else []
     peer, fi_status = _flashinfer(args.impls)
+    flashmla, fm_status = _flashmla(args.impls)
+    print(f"flashmla: {fm_status}", flush=True)
     kv_formats = {c.kv_format for c in cases}
     warm = precompile(
         compile_jobs(cases + extra, tuning=args.tune),
@@ -148,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "environment": env,
         "ceilings": ceilings.as_dict() | raw,
         "flashinfer": fi_status,
+        "flashmla": fm_status,
         "page_size": cs.PAGE_SIZE,
         "planner": {"arch": "triton", "profile_default_granularity": True, "num_cus": num_sms},
         "timing": "CUDA graph replay, L2 flushed (256 MiB read) before each replay, median",
@@ -170,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             record = run_case(
                 case, ceilings=ceilings, timer=timer, num_sms=num_sms, impls=args.impls,
-                flashinfer=peer,
+                flashinfer=peer, flashmla=flashmla,
             )  # fmt: skip
         except Exception as exc:  # record and go on: one broken case must not lose the run
             record = {"case": case.name, "skipped": f"error {type(exc).__name__}: {exc}"[:300]}

@@ -32,10 +32,18 @@ class Ceilings:
 
     copy_bytes_per_s: float
     matmul_flops_per_s: float
+    fp8_matmul_flops_per_s: float | None = None
+    """The e4m3 matmul rate (None: not measured): the compute ceiling of an e4m3-q case."""
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, float | None]:
         """JSON-ready record (with the ridge point)."""
         return {**asdict(self), "ridge_flops_per_byte": self.ridge_flops_per_byte}
+
+    def at_fp8_rate(self) -> Ceilings:
+        """The same ceilings with the e4m3 matmul rate as the compute ceiling."""
+        if self.fp8_matmul_flops_per_s is None:
+            raise ValueError("the e4m3 matmul rate was not measured")
+        return Ceilings(self.copy_bytes_per_s, self.fp8_matmul_flops_per_s)
 
     @property
     def ridge_flops_per_byte(self) -> float:
@@ -147,22 +155,27 @@ def achieved(shape: DecodeShape, ceilings: Ceilings, seconds: float) -> dict[str
 def measure_ceilings(
     *, copy_bytes: int = 2 << 30, matmul_n: int = 8192, device: str = "cuda"
 ) -> tuple[Ceilings, dict[str, float]]:
-    """Measure the device's copy bandwidth and bf16 matmul rate (CUDA needed).
+    """Measure the device's copy bandwidth and bf16 and e4m3 matmul rates (CUDA needed).
 
     Copy: ``dst.copy_(src)`` of `copy_bytes` random bytes, counting bytes read plus written.
-    Matmul: ``a @ b`` of random bf16 ``n × n`` matrices, ``2·n³`` FLOPs. Each is the median
-    of timed runs after a warm-up (`triton.testing.do_bench`). Returns the ceilings and the
-    raw timings.
+    Matmul: ``a @ b`` of random bf16 ``n × n`` matrices, ``2·n³`` FLOPs; the e4m3 one the
+    same product through ``torch._scaled_mm`` (per-tensor scales, bf16 out), left None where
+    this torch or device has none. Each is the median of timed runs after a warm-up
+    (`triton.testing.do_bench`). Returns the ceilings and the raw timings.
     """
     from triton.testing import do_bench
 
     copy_ms = _time_copy(copy_bytes, device, do_bench)
     mm_ms = _time_matmul(matmul_n, device, do_bench)
+    fp8_ms, fp8_note = _time_fp8_matmul(matmul_n, device, do_bench)
+    flops = 2 * matmul_n**3
     ceilings = Ceilings(
         copy_bytes_per_s=2 * copy_bytes / (copy_ms * 1e-3),
-        matmul_flops_per_s=2 * matmul_n**3 / (mm_ms * 1e-3),
+        matmul_flops_per_s=flops / (mm_ms * 1e-3),
+        fp8_matmul_flops_per_s=None if fp8_ms is None else flops / (fp8_ms * 1e-3),
     )
     raw = {"copy_ms": copy_ms, "copy_bytes": copy_bytes, "matmul_ms": mm_ms, "matmul_n": matmul_n}
+    raw |= {"fp8_matmul_ms": fp8_ms} if fp8_ms is not None else {"fp8_matmul": fp8_note}
     return ceilings, raw
 
 
@@ -181,3 +194,22 @@ def _time_matmul(n: int, device: str, do_bench: Any) -> float:
     a = torch.randn(n, n, device=device, generator=gen, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, generator=gen, dtype=torch.bfloat16)
     return do_bench(lambda: a @ b, warmup=100, rep=500, return_mode="median")
+
+
+def _time_fp8_matmul(n: int, device: str, do_bench: Any) -> tuple[float | None, str]:
+    """(median ms of an e4m3 ``n × n`` matmul, "") or (None, why it could not run)."""
+    import torch
+
+    try:
+        gen = torch.Generator(device=device).manual_seed(0)
+        a = torch.randn(n, n, device=device, generator=gen).to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device=device, generator=gen).to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device=device)
+
+        def run() -> Any:
+            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        run()
+    except Exception as exc:  # no fp8 tensor cores, or a torch without _scaled_mm
+        return None, f"not measured: {type(exc).__name__}: {exc}"[:200]
+    return do_bench(run, warmup=100, rep=500, return_mode="median"), ""

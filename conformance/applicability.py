@@ -28,6 +28,8 @@ FNUZ_ARCHES: frozenset[str] = frozenset({"gfx942"})
 """Architectures whose fp8 is the "fnuz" flavour (AITER's dtypes.fp8 on MI300)."""
 CASES_PATH = Path(__file__).with_name("goldens") / "cases.json"
 DECLARED_FACTS: tuple[str, ...] = ("plan_format", "q_dtypes", "kv_dtypes", "numerics")
+OPTIONAL_FACTS: tuple[str, ...] = ("dtype_pairs", "page_sizes")
+"""Declared only by backends that restrict them; recorded only when declared."""
 
 
 def dtype_label(dtype: Any) -> str:
@@ -50,16 +52,26 @@ class Declaration:
     q_dtypes: tuple[str, ...] = ("bf16",)
     kv_dtypes: tuple[str, ...] = ("bf16",)
     numerics: str = "fp32-reference"
+    dtype_pairs: tuple[str, ...] | None = None
+    """The (q, kv) pairs its decode takes, as ``q/kv`` labels, where not every pair of
+    ``q_dtypes`` x ``kv_dtypes`` is (None: every pair)."""
+    page_sizes: tuple[int, ...] | None = None
+    """The only page sizes its kernel reads (None: any); the suite re-lays a batch of
+    another page size into the first (`conformance.goldens.relayout`)."""
 
     @classmethod
     def of(cls, backend: Any) -> Declaration:
         """The declaration of a `Backend` instance or class."""
+        pairs = getattr(backend, "dtype_pairs", None)
+        pages = getattr(backend, "page_sizes", None)
         return cls(
             backend=str(backend.name),
             plan_format=backend.plan_format,
             q_dtypes=tuple(map(dtype_label, backend.q_dtypes)),
             kv_dtypes=tuple(map(dtype_label, backend.kv_dtypes)),
             numerics=str(backend.numerics),
+            dtype_pairs=None if pairs is None else tuple(pair_label(q, kv) for q, kv in pairs),
+            page_sizes=None if pages is None else tuple(int(p) for p in pages),
         )
 
     @classmethod
@@ -75,21 +87,45 @@ class Declaration:
             return None
         if not all(isinstance(d, list) and all(isinstance(x, str) for x in d) for d in dtypes):
             return None
-        return cls(backend, plan_format, tuple(dtypes[0]), tuple(dtypes[1]), numerics)
+        pairs, pages = data.get("dtype_pairs"), data.get("page_sizes")
+        if pairs is not None and not (
+            isinstance(pairs, list) and all(isinstance(x, str) for x in pairs)
+        ):
+            return None
+        if pages is not None and not (
+            isinstance(pages, list) and all(type(x) is int and x > 0 for x in pages)
+        ):
+            return None
+        return cls(
+            backend,
+            plan_format,
+            tuple(dtypes[0]),
+            tuple(dtypes[1]),
+            numerics,
+            None if pairs is None else tuple(pairs),
+            None if pages is None else tuple(pages),
+        )
 
     def to_json(self) -> dict[str, Any]:
-        """The declaration as a sidecar records it."""
-        return {
+        """The declaration as a sidecar records it (the optional facts only when declared)."""
+        facts: dict[str, Any] = {
             "plan_format": self.plan_format,
             "q_dtypes": list(self.q_dtypes),
             "kv_dtypes": list(self.kv_dtypes),
             "numerics": self.numerics,
         }
+        for name in OPTIONAL_FACTS:
+            value = getattr(self, name)
+            if value is not None:
+                facts[name] = list(value)
+        return facts
 
     def words(self) -> str:
         """`to_json` in words: ``plan_format=None, q_dtypes=(bf16), kv_dtypes=(bf16), ...``."""
         return ", ".join(
-            f"{name}=({', '.join(value)})" if isinstance(value, list) else f"{name}={value}"
+            f"{name}=({', '.join(map(str, value))})"
+            if isinstance(value, list)
+            else f"{name}={value}"
             for name, value in self.to_json().items()
         )
 
@@ -118,6 +154,11 @@ class CaseFacts:
     def has_fp8(self) -> bool:
         """Whether q or the cache is fp8."""
         return self.q_dtype != "bf16" or self.kv_dtype != "bf16"
+
+
+def pair_label(q_dtype: Any, kv_dtype: Any) -> str:
+    """``bf16/e4m3fn``: a q/KV dtype pair as a declaration names it."""
+    return f"{dtype_label(q_dtype)}/{dtype_label(kv_dtype)}"
 
 
 def dtype_pair_id(q_dtype: Any, kv_dtype: Any) -> str:
@@ -164,6 +205,12 @@ def dtype_reason(declaration: Declaration, q_dtype: str, kv_dtype: str) -> str |
                 f"{NOT_APPLICABLE}{declaration.backend} declares {what}_dtypes="
                 f"({', '.join(claimed)}), the case has {what} {dtype}"
             )
+    pairs = declaration.dtype_pairs
+    if pairs is not None and pair_label(q_dtype, kv_dtype) not in pairs:
+        return (
+            f"{NOT_APPLICABLE}{declaration.backend} declares dtype_pairs=({', '.join(pairs)}), "
+            f"the case has q {q_dtype} over kv {kv_dtype}"
+        )
     return None
 
 

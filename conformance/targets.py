@@ -209,6 +209,14 @@ BUILTIN_TARGETS: dict[str, Target] = {
             behaviour_files=("backends/flashinfer_backend.py",),
         ),
         Target(
+            "flashmla",
+            "Conformance run of DeepSeek's FlashMLA decode (a skipped session without it or "
+            "a Hopper GPU).",
+            "backends.flashmla:FlashMLABackend",
+            device_kind="cuda",
+            behaviour_files=("backends/flashmla/*.py", "conformance/goldens/relayout.py"),
+        ),
+        Target(
             "vllm",
             "vLLM's own record and MLA builders under the families (docs/engines.md).",
             kind=ENGINE,

@@ -4,7 +4,8 @@
 
 Writes OUTFILE and prints the same JSON: the device and every GPU torch sees (``gpus``).
 BACKEND ``cuda`` adds Triton's version, the device memory and what ``nvidia-smi`` says;
-``flashinfer`` adds FlashInfer's version. SCRIPT names the script that ran, with the commit
+``flashinfer`` adds FlashInfer's version, ``flashmla`` where FlashMLA's ops came from (with
+each file's sha256). SCRIPT names the script that ran, with the commit
 of MLA_CONFORMANCE_GIT_COMMIT ("unknown" without it).
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-BACKENDS = ("cuda", "flashinfer")
+BACKENDS = ("cuda", "flashinfer", "flashmla")
 
 
 def _triton_version() -> str:
@@ -37,6 +38,14 @@ def _flashinfer_version() -> str:
         return getattr(flashinfer, "__version__", "unknown")
     except Exception as exc:  # reported, the run that follows says the backend is unavailable
         return f"not importable: {type(exc).__name__}: {exc}"
+
+
+def _flashmla_source() -> dict[str, str]:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from backends.flashmla.ops import FlashMLAOps, find_ops
+
+    found = find_ops()
+    return found.provenance() if isinstance(found, FlashMLAOps) else {"not found": found.reason}
 
 
 def _nvidia_smi() -> str:
@@ -61,8 +70,10 @@ def machine_info(backend: str, script: str) -> dict[str, Any]:
     }
     if backend == "cuda":
         info["triton"] = _triton_version()
-    else:
+    elif backend == "flashinfer":
         info["flashinfer"] = _flashinfer_version()
+    else:
+        info["flashmla"] = _flashmla_source()
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         info.update(

@@ -25,7 +25,9 @@ from benchmarks.decode.timing import Timer
 WRONG_FRACTION = 0.25
 REF_REQUESTS = 2  # requests checked against the fp32 reference (first and last)
 OURS = "triton"
-PEERS = ("flashinfer_fa3", "flashinfer_fa2", "baseline", "sdpa")
+PEERS = ("flashmla", "flashinfer_fa3", "flashinfer_fa2", "baseline", "sdpa")
+FASTEST_PEERS = ("flashmla", "flashinfer_fa3")
+"""The production peers the speed goal is judged against: ours ÷ min(FlashMLA, fa3)."""
 PLAN_FACTS = ("num_works", "num_partials", "heads_per_work", "fold_ratio")
 
 
@@ -101,12 +103,14 @@ def run_case(
     num_sms: int,
     impls: Sequence[str],
     flashinfer: Any = None,
+    flashmla: Any = None,
     device: str = "cuda",
 ) -> dict[str, Any]:
     """Check and time every implementation on one case; a record for the JSON file.
 
     `flashinfer` is a `benchmarks.decode.flashinfer_peer.FlashInferPeer`, or None when
-    FlashInfer does not import (its entries are then left out). `device` other than
+    FlashInfer does not import (its entries are then left out); `flashmla` likewise a
+    `benchmarks.decode.flashmla_peer.FlashMLAPeer` or None. `device` other than
     ``"cuda"`` serves the selftests (the kernels under Triton's interpreter, a stand-in timer).
     """
     import torch
@@ -117,8 +121,11 @@ def run_case(
         batch=case.batch, heads=case.heads, context=case.context, q_len=case.q_len,
         kv_format=case.kv_format, q_format=case.kv_format,
     )  # fmt: skip
+    fp8_rate = case.kv_format == "fp8" and ceilings.fp8_matmul_flops_per_s is not None
     record: dict[str, Any] = {"case": case.name, **dataclasses.asdict(case)}
     record["floor"] = _floor_record(shape, ceilings)
+    if fp8_rate:  # the e4m3-q case's floor at the fp8 MMA rate measured in the run
+        record["floor_fp8_rate"] = _floor_record(shape, ceilings.at_fp8_rate())
     batch = make_batch(case, device)
     rows, ref_out, ref_lse = reference_rows(batch, sorted({0, case.batch - 1})[:REF_REQUESTS])
     ref_max = record["ref_max_abs"] = float(ref_out.abs().max())
@@ -133,13 +140,19 @@ def run_case(
         if (reason := wrong_reason(result, ref_max)) is not None:
             result["wrong"] = reason
         result |= timer(impl.run)
-        return result | achieved(shape, ceilings, result["us"] * 1e-6), out
+        result |= achieved(shape, ceilings, result["us"] * 1e-6)
+        if fp8_rate:
+            at_fp8 = achieved(shape, ceilings.at_fp8_rate(), result["us"] * 1e-6)
+            result["fraction_of_fp8_rate_floor"] = at_fp8["fraction_of_floor"]
+        return result, out
 
     plan_heads = LAUNCH_OPTIONS.get(config_key(case), {}).get("PLAN_HEADS")
     factories: dict[str, Callable[[], im.Impl]] = {
         "baseline": lambda: im.baseline_impl(batch, num_sms),
         "sdpa": lambda: im.sdpa_impl(batch),
     }
+    if flashmla is not None:
+        factories["flashmla"] = lambda: flashmla.impl(batch)
     if flashinfer is not None:
         factories["flashinfer_fa3"] = lambda: flashinfer.impl(batch, "fa3")
         factories["flashinfer_fa2"] = lambda: flashinfer.impl(batch, "fa2")
@@ -161,6 +174,10 @@ def run_case(
         ours, peer = record.get(OURS, {}), record[name]
         if "us" in ours and "us" in peer and "wrong" not in ours and "wrong" not in peer:
             record[f"ours_over_{name}"] = ours["us"] / peer["us"]
+    timed = [record.get(k, {}) for k in FASTEST_PEERS]
+    fastest = [entry["us"] for entry in timed if "us" in entry and "wrong" not in entry]
+    if fastest and "us" in record.get(OURS, {}) and "wrong" not in record[OURS]:
+        record["ours_over_fastest_peer"] = record[OURS]["us"] / min(fastest)
     batch = factories = None  # the closures hold the inputs: release them before emptying
     torch.cuda.empty_cache()
     return record

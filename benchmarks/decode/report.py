@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNEL_DIR = ROOT / "kernels" / "triton_mla"
 # (record key, column title), in table order; ours is "triton".
 COLUMNS = (
+    ("flashmla", "FlashMLA"),
     ("flashinfer_fa3", "FlashInfer fa3"),
     ("flashinfer_fa2", "FlashInfer fa2"),
     ("baseline", "baseline"),
@@ -100,21 +101,43 @@ def _ratio_cell(record: dict[str, Any], key: str) -> str:
     return "WRONG" if wrong else "–"
 
 
+def _fp8_floor_cell(record: dict[str, Any]) -> str:
+    """The fp8-rate floor of an e4m3-q case, with ours' and FlashMLA's share of it."""
+    f = record.get("floor_fp8_rate")
+    if f is None:
+        return "–"
+    shares = [
+        f"{name} {pct(record.get(key, {}).get('fraction_of_fp8_rate_floor'))}"
+        for key, name in (("triton", "ours"), ("flashmla", "FlashMLA"))
+        if "us" in record.get(key, {})
+    ]
+    return f"{f['us']:.1f} ({f['bound']}; {', '.join(shares)})"
+
+
+def _fastest_cell(record: dict[str, Any]) -> str:
+    ratio = record.get("ours_over_fastest_peer")
+    if ratio is None:
+        return "–"
+    return f"**{ratio:.2f}**" if ratio > 1.0 else f"{ratio:.2f}"
+
+
 def comparison_table(records: Sequence[dict[str, Any]]) -> str:
-    """Floor, ours and every peer (µs and % of the floor), ours ÷ peer."""
+    """Floor, ours and every peer (µs and % of the floor), ours ÷ peer, ours ÷ the fastest
+    production peer (FlashMLA, fa3), and the fp8-rate floor of e4m3-q cases."""
     head = "| case | floor µs (bound) | ours µs (% of floor) |"
     head += "".join(f" {title} µs (%) | ours ÷ {title} |" for _, title in COLUMNS)
-    lines = [head, "|---" * (3 + 2 * len(COLUMNS)) + "|"]
+    head += " ours ÷ min(FlashMLA, fa3) | fp8-rate floor µs (% of it) |"
+    width = 5 + 2 * len(COLUMNS)
+    lines = [head, "|---" * width + "|"]
     for r in records:
         if "skipped" in r:
-            lines.append(
-                f"| {r['case']} | skipped: {r['skipped']} |" + " |" * (1 + 2 * len(COLUMNS))
-            )
+            lines.append(f"| {r['case']} | skipped: {r['skipped']} |" + " |" * (width - 2))
             continue
         f = r["floor"]
         cells = [r["case"], f"{f['us']:.1f} ({f['bound']})", _time_cell(r.get("triton", {}))]
         for key, _ in COLUMNS:
             cells += [_time_cell(r.get(key, {})), _ratio_cell(r, key)]
+        cells += [_fastest_cell(r), _fp8_floor_cell(r)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -128,8 +151,8 @@ def details_table(records: Sequence[dict[str, Any]]) -> str:
     names = ("triton", *(k for k, _ in COLUMNS))
     lines = [
         "| case | ours TFLOP/s | ours GB/s | plan ms (works/partials) | baseline splits | "
-        "SDPA backend | max err vs fp32: ours / fa3 / fa2 / baseline / SDPA | max diff vs ours: "
-        "fa3 / fa2 / baseline / SDPA |",
+        "SDPA backend | max err vs fp32: ours / FlashMLA / fa3 / fa2 / baseline / SDPA | "
+        "max diff vs ours: FlashMLA / fa3 / fa2 / baseline / SDPA |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
@@ -164,12 +187,23 @@ def problems(records: Sequence[dict[str, Any]]) -> list[str]:
 def markdown(payload: dict[str, Any]) -> str:
     """The whole markdown results file."""
     c, env = payload["ceilings"], payload["environment"]
-    fi = payload.get("flashinfer", {})
+    fi, fm = payload.get("flashinfer", {}), payload.get("flashmla", {})
     peers = (
         f"FlashInfer {fi['version']} (`BatchMLAPagedAttentionWrapper`, backends fa3 and fa2; "
         f"JIT warm-up: {fi.get('warm_up', {})})"
         if fi.get("available")
         else f"FlashInfer not timed: {fi.get('reason', 'not requested')}"
+    )
+    peers += (
+        f"; FlashMLA from {fm['source']}"
+        if fm.get("available")
+        else f"; FlashMLA not timed: {fm.get('reason', 'not requested')}"
+    )
+    fp8_rate = c.get("fp8_matmul_flops_per_s")
+    fp8_text = (
+        f", e4m3 matmul {fp8_rate / 1e12:.0f} TFLOP/s (the compute ceiling of the fp8-rate floor)"
+        if fp8_rate
+        else f", e4m3 matmul {c.get('fp8_matmul', 'not measured')}"
     )
     lines = [
         f"# MLA decode benchmark, {env['gpu']}, {payload['date']}",
@@ -179,8 +213,8 @@ def markdown(payload: dict[str, Any]) -> str:
         "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()),
         "",
         f"Ceilings measured in this run: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s "
-        f"(bytes read + written), bf16 matmul {c['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s, "
-        f"ridge {c['ridge_flops_per_byte']:.0f} FLOP/B.",
+        f"(bytes read + written), bf16 matmul {c['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s"
+        f"{fp8_text}, ridge {c['ridge_flops_per_byte']:.0f} FLOP/B.",
         "",
         f"Timing: {payload['timing']}. Peers: {peers}.",
         "",

@@ -36,6 +36,18 @@ def availability(backend: str) -> tuple[bool | None, str | None]:
         return None, f"availability unknown: {type(error).__name__}: {error}"
 
 
+def backend_provenance(backend: str) -> dict[str, str] | None:
+    """What the backend's decode runs (`Backend.provenance`); None where it says nothing."""
+    registry = sys.modules.get("backends.registry")
+    if registry is None:
+        return None
+    try:
+        found = registry.get_backend(backend).provenance()
+        return {str(k): str(v) for k, v in found.items()} or None
+    except Exception as error:  # recorded as a fact, like an unknown availability
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
 def device_kind(backend: str) -> str | None:
     """The kind of device the backend's tensors live on here: cpu, cuda, rocm, or none."""
     registry, torch = sys.modules.get("backends.registry"), sys.modules.get("torch")
@@ -80,6 +92,7 @@ def process_facts(state: RunState) -> dict[str, Any]:
         "device": provenance.device_name(state.backend),
         "device_kind": device_kind(state.backend),
         "declaration": recorded_declaration(state.backend),
+        "backend_provenance": backend_provenance(state.backend),
         "gpus": provenance.gpu_names(),
         "versions": provenance.package_versions(),
         "pinned": state.pinned,

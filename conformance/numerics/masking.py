@@ -81,6 +81,11 @@ class MaskingBatch:
     """fp64 [tokens]."""
 
     @property
+    def page_size(self) -> int:
+        """Tokens per page of the cache."""
+        return int(self.kv_cache.shape[1])
+
+    @property
     def num_blocks(self) -> int:
         """Blocks in the cache, the null block included."""
         return int(self.kv_cache.shape[0])
@@ -111,17 +116,28 @@ def _visible(seq_len: int, n: int, causal: bool) -> list[int]:
     return [seq_len - n + 1 + i if causal else seq_len for i in range(n)]
 
 
+def page_size_for(declared: tuple[int, ...] | None) -> int:
+    """The batch's page size for a backend declaring `declared` page sizes (None: any):
+    `PAGE_SIZE`, unless the backend's kernel reads other pages only (then its first)."""
+    return PAGE_SIZE if declared is None or PAGE_SIZE in declared else int(declared[0])
+
+
 def make_masking_batch(
-    q_dtype: torch.dtype, kv_dtype: torch.dtype, device: torch.device | str = "cpu"
+    q_dtype: torch.dtype,
+    kv_dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+    *,
+    page_size: int = PAGE_SIZE,
 ) -> MaskingBatch:
-    """The crafted causal batch in these dtypes (fp8: per-tensor scales 0.5 and 2)."""
+    """The crafted causal batch in these dtypes (fp8: per-tensor scales 0.5 and 2), in
+    pages of `page_size` tokens."""
     n = QUERY_LEN
     spec = BatchSpec(SEQ_LENS, (n,) * len(SEQ_LENS), "masking")
-    pages = sum(-(-s // PAGE_SIZE) for s in SEQ_LENS)
+    pages = sum(-(-s // page_size) for s in SEQ_LENS)
     num_blocks = pages + 1 + SPARE_BLOCKS
     cam = make_cam(
         spec,
-        block_size=PAGE_SIZE,
+        block_size=page_size,
         device=device,
         num_blocks=num_blocks,
         seed=SEED,
@@ -131,15 +147,15 @@ def make_masking_batch(
     kv_scale = FP8_KV_SCALE if is_fp8(kv_dtype) else 1.0
     gen = torch.Generator().manual_seed(SEED)
     # every slot starts as a sentinel hidden from every query token
-    cache = torch.zeros((num_blocks * PAGE_SIZE, HEAD_SIZE), dtype=torch.float64)
+    cache = torch.zeros((num_blocks * page_size, HEAD_SIZE), dtype=torch.float64)
     cache[:, :KV_LORA_RANK] = SENTINEL_VALUE
     cache[:, KV_LORA_RANK : KV_LORA_RANK + n] = K_ROPE
     q = torch.zeros((len(SEQ_LENS) * n, HEADS, HEAD_SIZE), dtype=torch.float64)
     table = cam.block_table_tensor.cpu()
     rows, visible = [], []
     for b, length in enumerate(SEQ_LENS):
-        slots = table[b, torch.arange(length) // PAGE_SIZE] * PAGE_SIZE
-        slots = slots.to(torch.int64) + torch.arange(length) % PAGE_SIZE
+        slots = table[b, torch.arange(length) // page_size] * page_size
+        slots = slots.to(torch.int64) + torch.arange(length) % page_size
         honest = torch.randint(-8, 9, (length, KV_LORA_RANK), generator=gen) / 8.0
         cache[slots, :KV_LORA_RANK] = honest.double()
         cache[slots, KV_LORA_RANK:] = 0.0
@@ -152,8 +168,8 @@ def make_masking_batch(
             q[b * n + i, :, KV_LORA_RANK + i] = Q_ROPE
             rows.append((b, i))
         visible += _visible(length, n, cam.causal)
-    kv = cache.view(num_blocks, PAGE_SIZE, HEAD_SIZE)
-    expected_out, expected_lse = _exact_result(kv, cam, visible, kv_scale)
+    kv = cache.view(num_blocks, page_size, HEAD_SIZE)
+    expected_out, expected_lse = _exact_result(kv, cam, visible, kv_scale, page_size)
     return MaskingBatch(
         cam=cam,
         q=q.float().to(q_dtype).to(device),
@@ -169,7 +185,11 @@ def make_masking_batch(
 
 
 def _exact_result(
-    kv: torch.Tensor, cam: CommonAttentionMetadata, visible: list[int], kv_scale: float
+    kv: torch.Tensor,
+    cam: CommonAttentionMetadata,
+    visible: list[int],
+    kv_scale: float,
+    page_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Every visible score is 0: the output is the mean of the visible values."""
     table = cam.block_table_tensor.cpu().to(torch.int64)
@@ -177,8 +197,8 @@ def _exact_result(
     outs = []
     row = 0
     for b, length in enumerate(SEQ_LENS):
-        slots = table[b, torch.arange(length) // PAGE_SIZE] * PAGE_SIZE
-        slots = slots + torch.arange(length) % PAGE_SIZE
+        slots = table[b, torch.arange(length) // page_size] * page_size
+        slots = slots + torch.arange(length) % page_size
         for _ in range(QUERY_LEN):
             seen = slots[: visible[row]]
             outs.append(flat[seen, :KV_LORA_RANK].mean(dim=0) * kv_scale)

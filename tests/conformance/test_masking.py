@@ -8,8 +8,9 @@ so the exact LSE is ``ln(visible tokens)`` and the exact output the mean of thei
 a single leaked token moves either by many times the derived bound, a token wrongly hidden
 moves the LSE past its bound. It runs for every q and KV dtype pair the backend declares
 (bf16 q over any cache, fp8 q over the same fp8 flavour; fp8 with per-tensor scales
-0.5 and 2), through the backend's own builder and decode; the harness skips the other pairs
-as not applicable (`conformance.applicability`).
+0.5 and 2), through the backend's own builder and decode, in the page size its kernel reads
+(`Backend.page_sizes`); the harness skips the other pairs as not applicable
+(`conformance.applicability`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from conformance.applicability import dtype_pair_id
 from conformance.metadata.dims import DEEPSEEK_R1
 from conformance.numerics.masking import (
     HEADS,
-    PAGE_SIZE,
     QUERY_LEN,
     make_masking_batch,
     masking_problems,
+    page_size_for,
     worst_errors,
 )
 from conformance.stubs.protocol import MLAAttentionLayer
@@ -46,11 +47,12 @@ def test_no_token_outside_the_causal_window_reaches_the_output(
     q_dtype: torch.dtype, kv_dtype: torch.dtype, backend: Backend, layer_name: str, record_errors
 ) -> None:
     device = backend.device
-    batch = make_masking_batch(q_dtype, kv_dtype, device)
+    page_size = page_size_for(getattr(backend, "page_sizes", None))
+    batch = make_masking_batch(q_dtype, kv_dtype, device, page_size=page_size)
     config = BuilderConfig(
         model=DEEPSEEK_R1,
         num_heads=HEADS,
-        kv_cache=KVCacheSpec(block_size=PAGE_SIZE, dtype=kv_dtype, num_blocks=batch.num_blocks),
+        kv_cache=KVCacheSpec(block_size=page_size, dtype=kv_dtype, num_blocks=batch.num_blocks),
         q_dtype=q_dtype,
         max_num_seqs=8,
         max_model_len=1024,

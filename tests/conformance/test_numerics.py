@@ -17,7 +17,9 @@ not applicable, `conformance.applicability`):
 A batch no CAM expresses (kv shorter than q) is fed as the golden's CSR lists; a backend
 declaring the AITER v1 plan format builds with the golden's profile where it plans it, is
 fed the golden plan where it only executes it, and builds with its own profile otherwise
-(`conformance.goldens.assertions.numerics_metadata`). Test bodies never name a backend.
+(`conformance.goldens.assertions.numerics_metadata`). A plan-free backend whose kernel reads
+one page size only (`Backend.page_sizes`) gets each batch re-laid in that page size
+(`conformance.goldens.relayout`). Test bodies never name a backend.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 from backends.base import Backend
 from conformance.goldens import GoldenStore
 from conformance.goldens.assertions import assert_result_matches, numerics_metadata, run_decode
+from conformance.goldens.relayout import for_backend, relaid_note
 
 
 def test_goldens_are_intact(golden_store: GoldenStore) -> None:
@@ -38,18 +41,23 @@ def test_goldens_are_intact(golden_store: GoldenStore) -> None:
 def test_decode_matches_golden(
     golden_id: str, backend: Backend, goldens, golden_builder, record_errors
 ) -> None:
-    golden = goldens(golden_id)
+    golden = for_backend(goldens(golden_id), backend)
     decode, what = numerics_metadata(backend, golden, golden_builder)
     out, lse = run_decode(backend, golden, decode)
     assert_result_matches(
-        out=out, lse=lse, golden=golden, backend=backend, record=record_errors, what=what
+        out=out,
+        lse=lse,
+        golden=golden,
+        backend=backend,
+        record=record_errors,
+        what=what + relaid_note(golden),
     )
 
 
 def test_poisoned_slots_never_reach_the_output(
     golden_id: str, backend: Backend, goldens, golden_builder
 ) -> None:
-    golden = goldens(golden_id)
+    golden = for_backend(goldens(golden_id), backend)
     case = golden.case
     cache = golden.kv_cache("cpu")
     poisoned = int(torch.isnan(cache.float()).any(dim=-1).sum())

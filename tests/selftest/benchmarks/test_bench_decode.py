@@ -71,11 +71,16 @@ def _entry(us: float, **extra: Any) -> dict[str, Any]:
 def _payload() -> dict[str, Any]:
     floor = {"us": 100.0, "bound": "memory"}
     faster = {"case": "h16-bf16-b128-L4096-s1", "floor": floor, "triton": _entry(110.0)}
+    faster |= {"flashmla": _entry(100.0), "ours_over_flashmla": 1.1}
     faster |= {"flashinfer_fa3": _entry(121.0), "ours_over_flashinfer_fa3": 110.0 / 121.0}
+    faster |= {"ours_over_fastest_peer": 1.1}
     faster |= {"flashinfer_fa2": {"skipped": "RuntimeError: not on this device"}}
     slower = {"case": "h128-bf16-b128-L8192-s1", "floor": floor, "triton": _entry(274.0)}
     slower |= {"flashinfer_fa3": _entry(100.0), "ours_over_flashinfer_fa3": 2.74}
     slower |= {"baseline": _entry(300.0, wrong="max error 1e-2 vs the fp32 reference > 1e-3")}
+    fp8 = {"case": "h16-fp8-b128-L4096-s1", "floor": floor, "triton": _entry(200.0)}
+    fp8 |= {"floor_fp8_rate": {"us": 80.0, "bound": "memory"}}
+    fp8["triton"]["fraction_of_fp8_rate_floor"] = 0.4
     return {
         "date": "2026-12-01",
         "command": "python -m benchmarks.bench_decode --quick",
@@ -87,7 +92,12 @@ def _payload() -> dict[str, Any]:
         },
         "flashinfer": {"available": True, "version": "0.7.4", "warm_up": {"fa3-bf16": "ok"}},
         "timing": "CUDA graph replay",
-        "cases": [faster, slower, {"case": "h16-fp8-b1-L1024-s1", "skipped": "out of memory"}],
+        "cases": [
+            faster,
+            slower,
+            fp8,
+            {"case": "h16-fp8-b1-L1024-s1", "skipped": "out of memory"},
+        ],
     }
 
 
@@ -100,8 +110,12 @@ def test_markdown_gives_ratios_bold_when_slower_and_wrong_ones_listed() -> None:
         if line.startswith("| h"):
             rows.setdefault(line.split(" | ")[0][2:], line)
     assert (
-        "| 110.0 (90.9 %) | 121.0 (82.6 %) | 0.91 | skipped | – |" in rows["h16-bf16-b128-L4096-s1"]
+        "| 110.0 (90.9 %) | 100.0 (100.0 %) | **1.10** | 121.0 (82.6 %) | 0.91 | skipped | – |"
+        in rows["h16-bf16-b128-L4096-s1"]
     )
+    assert rows["h16-bf16-b128-L4096-s1"].endswith("| **1.10** | – |")  # ÷ min(FlashMLA, fa3)
+    assert rows["h16-fp8-b128-L4096-s1"].endswith("| – | 80.0 (memory; ours 40.0 %) |")
+    assert "FlashMLA not timed: not requested" in text
     assert "| **2.74** |" in rows["h128-bf16-b128-L8192-s1"]
     assert "300.0 (33.3 %) WRONG | WRONG |" in rows["h128-bf16-b128-L8192-s1"]
     assert "- h128-bf16-b128-L8192-s1: baseline wrong: max error" in text
