@@ -2,10 +2,12 @@
 
 Read top down: the verdict, what blocks a PASS (one line per backend), the backends, what is
 not signed off here, the family matrix, changes since a baseline, the problems, the failures
-grouped by cause (`failure_groups`), then the tolerance headroom (folded when something failed,
-so it never pushes the failures down), not applicable, evidence, provenance and warnings. The
-cells and bars of a backend whose evidence is STALE are hatched, pale and say "stale". Every
-string from a report is escaped: JUnit messages are untrusted input.
+grouped by cause (`failure_groups`), the expected skips and xfails with their reasons (a
+release's page shows them first, before what blocks a PASS), then the tolerance headroom
+(folded when something failed, so it never pushes the failures down), not applicable,
+evidence, provenance and warnings. The cells and bars of a backend whose evidence is STALE
+are hatched, pale and say "stale". Every string from a report is escaped: JUnit messages are
+untrusted input.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from conformance.signoff.report_md import (
     all_problems,
     all_warnings,
     blocking_lines,
+    expectation_file_lines,
     family_cell,
     is_stale,
     provenance_text,
+    shows_expected,
     shown_columns,
     source_text,
     with_code,
@@ -96,6 +100,8 @@ def _head(document: dict[str, Any]) -> list[str]:
         f"<b>{escape(', '.join(document['required']) or 'none')}</b> "
         f"({escape(document['required_source'])}). Exit code {document['exit_code']}.</p>",
     ]
+    if document.get("release"):
+        parts += _expected(document)  # a release lists what the expectation files excuse first
     if blocking:
         parts.append('<div class="blocking"><b>What stops a PASS</b>' + _list(blocking) + "</div>")
     else:
@@ -276,6 +282,32 @@ def _failures(document: dict[str, Any]) -> list[str]:
     return parts
 
 
+def _expected(document: dict[str, Any]) -> list[str]:
+    """Each expected skip and xfail with its reason, and the expectation files used."""
+    if not shows_expected(document):
+        return []
+    rows = document.get("expected_outcomes") or []
+    parts = ["<h2>Expected skips and xfails</h2>"]
+    if rows:
+        parts.append(
+            f"<p>{len(rows)} tests an expectation file excuses, each with its reason:</p>"
+            "<table><tr><th>backend</th><th>test</th><th>outcome</th><th>reason</th></tr>"
+            + "".join(
+                f"<tr><td>{escape(row['backend'])}</td><td><code>{escape(row['id'])}</code></td>"
+                f"<td>{escape(row['outcome'])}</td>"
+                f"<td>{escape(row['reason'] or '(no reason)')}</td></tr>"
+                for row in rows
+            )
+            + "</table>"
+        )
+    else:
+        parts.append("<p>No test is skipped or xfailed by an expectation file.</p>")
+    files = expectation_file_lines(document)
+    if files:
+        parts += ["<p>Expectation files the runs used:</p>", _list(files)]
+    return parts
+
+
 def _not_applicable(document: dict[str, Any]) -> list[str]:
     """Per backend with not-applicable tests: their count and reasons, folded."""
     parts = [
@@ -306,7 +338,9 @@ def render_html(document: dict[str, Any]) -> str:
     problems = all_problems(document)
     if problems:
         parts += ["<h2>Problems</h2>", _list(problems)]
-    parts += [*_failures(document), *_headroom(document), *_not_applicable(document)]
+    parts += _failures(document)
+    parts += [] if document.get("release") else _expected(document)
+    parts += [*_headroom(document), *_not_applicable(document)]
     parts += ["<h2>Evidence and provenance</h2>", _list(provenance_text(document))]
     warnings = all_warnings(document)
     if warnings:
