@@ -12,6 +12,8 @@ skips and xfails of a run are only as good as that file:
   repository's path (or no path at all) is accepted with a warning that the file's content
   cannot be checked; any other path is refused (SIGN022). Committed evidence of that age is
   pinned anyway: its fingerprint holds the hash of the repository's file.
+- An **engine** run (``kind: engine``: ``nox -s vllm``) applies no expectation file; the
+  sign-off applies the repository's to its skips, so nothing is recorded to check.
 - A **plug-in** brings its own file: nothing is refused for it, and every page lists each of
   its expected skips and xfails with the reason (`conformance.signoff.report_expected`).
 """
@@ -25,6 +27,7 @@ from typing import Any
 from conformance.runs.expectations import expectations_sha256
 from conformance.signoff.issue import Issue
 from conformance.signoff.model import RunReport
+from conformance.targets import ENGINE
 
 FILE_KEY, SHA_KEY = "expectations_file", "expectations_sha256"
 
@@ -39,17 +42,20 @@ def used_files(
 ) -> list[dict[str, Any]]:
     """One row per distinct file the runs used: ``file``, ``sha256`` (None: not recorded, or
     no file), ``recorded`` (whether the sidecar records the sha256), ``runs`` (JUnit names),
-    ``builtin`` (checked against the repository's file) and ``repository`` (whether it is
-    that file; None for a plug-in, or when no sha256 is recorded)."""
+    ``builtin`` (checked against the repository's file), ``engine`` (an engine run, which
+    applies none) and ``repository`` (whether it is that file; None for a plug-in, or when
+    no sha256 is recorded)."""
     reference = None if repository_file is None else expectations_sha256(repository_file)
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for run in runs:
         sidecar = run.sidecar or {}
         recorded = SHA_KEY in sidecar
         file, sha = sidecar.get(FILE_KEY), sidecar.get(SHA_KEY)
+        engine = sidecar.get("kind") == ENGINE and not recorded
         row = rows.setdefault(
-            (file, sha, recorded),
+            (file, sha, recorded, engine),
             {
+                "engine": engine,
                 "file": None if file is None else str(file),
                 "sha256": None if sha is None else str(sha),
                 "recorded": recorded,
@@ -76,6 +82,8 @@ def expectation_issues(
     committed = repository_path(backend)
     reference = expectations_sha256(repository_file)
     for row in rows:
+        if row["engine"]:
+            continue  # the sign-off applies the repository's file to an engine run's skips
         files = ", ".join(row["runs"])
         used = row["file"] or "no file recorded"
         if row["recorded"] and row["sha256"] != reference:

@@ -118,11 +118,19 @@ def node_id_from_junit(classname: str, name: str) -> str:
     return "::".join([module, *parts[module_end + 1 :], name])
 
 
+ENGINE_FAMILIES: dict[str, str] = {"family_a": "metadata", "family_b": "stubs", "family_c": "plan"}
+"""An engine target's family modules (``tests/engines/<engine>/test_family_a.py``) → the column
+of the shared test set they run on the engine's own code: A metadata construction, B layer
+stubs, C persistent-decode plans (with its fp8 golden decodes)."""
+
+
 def family_of_node_id(node_id: str) -> str:
-    """``tests/conformance/test_stubs.py::test_x`` → ``stubs``; ``other`` when not a test module."""
+    """``tests/conformance/test_stubs.py::test_x`` → ``stubs``; ``other`` when not a test module;
+    an engine's ``test_family_a.py`` → its shared family (`ENGINE_FAMILIES`)."""
     module = node_id.split("::", 1)[0].rsplit("/", 1)[-1]
     if module.startswith("test_") and module.endswith(".py"):
-        return module.removeprefix("test_").removesuffix(".py")
+        name = module.removeprefix("test_").removesuffix(".py")
+        return ENGINE_FAMILIES.get(name, name)
     return "other"
 
 

@@ -135,10 +135,24 @@ def provenance_text(document: dict[str, Any]) -> list[str]:
                 f" ({run.get('device_kind') or 'kind not recorded'})"
                 + (f", GPUs {gpus}" if gpus else "")
                 + f"; {version_text or 'versions unknown'}; python {run.get('python') or '?'}; "
-                f"commit {run.get('git_commit') or 'unknown'}{dirty}; "
-                f"{run.get('started') or '?'} → {run.get('finished_at') or 'not finished'}"
+                f"commit {run.get('git_commit') or 'unknown'}{dirty}; {run_times(run)}"
             )
     return lines
+
+
+def run_times(run: dict[str, Any]) -> str:
+    """``<started> → <finished_at>``; what the sidecar says when it records no times (an
+    engine session's records whether the run finished and its exit status only)."""
+    finished = run.get("finished") is True
+    exit_text = f" (exit {run['exitstatus']})" if run.get("exitstatus") is not None else ""
+    end = run.get("finished_at") or (
+        f"finished{exit_text}, time not recorded" if finished else "not finished"
+    )
+    if run.get("started"):
+        return f"{run['started']} → {end}"
+    if run.get("finished_at"):
+        return f"start not recorded → {end}"
+    return f"finished{exit_text}; start and end times not recorded" if finished else end
 
 
 def expectation_file_lines(document: dict[str, Any]) -> list[str]:
@@ -146,7 +160,10 @@ def expectation_file_lines(document: dict[str, Any]) -> list[str]:
     lines = []
     for backend in document["backends"]:
         for row in backend.get("expectation_files") or []:
-            if not row["recorded"]:
+            if row.get("engine"):
+                sha, standing = "not recorded", "an engine run: the sign-off applies the "
+                standing += "repository's file to its skips"
+            elif not row["recorded"]:
                 sha, standing = "not recorded", "taken as the repository's by its path"
             else:
                 sha = (row["sha256"] or "none: no such file")[:12]
