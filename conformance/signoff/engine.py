@@ -100,9 +100,7 @@ def _required(
     return backend_order(ran), "the backends that ran (backends.registry cannot tell)"
 
 
-def expectations_of(
-    backend: str, options: SignoffOptions, errors: list[str]
-) -> list[Expectation]:
+def expectations_of(backend: str, options: SignoffOptions, errors: list[str]) -> list[Expectation]:
     """The backend's expectation entries; an unreadable file is an error (SIGN018).
 
     A built-in target is always judged by the repository's file: ``--expectations-dir``

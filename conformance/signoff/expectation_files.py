@@ -37,9 +37,7 @@ def repository_path(backend: str) -> str:
     return f"conformance/expectations/{backend}.txt"
 
 
-def used_files(
-    runs: Sequence[RunReport], repository_file: Path | None
-) -> list[dict[str, Any]]:
+def used_files(runs: Sequence[RunReport], repository_file: Path | None) -> list[dict[str, Any]]:
     """One row per distinct file the runs used: ``file``, ``sha256`` (None: not recorded, or
     no file), ``recorded`` (whether the sidecar records the sha256), ``runs`` (JUnit names),
     ``builtin`` (checked against the repository's file), ``engine`` (an engine run, which

@@ -31,8 +31,8 @@ from conformance.signoff.report_md import (
     family_cell,
     is_stale,
     provenance_text,
-    shows_expected,
     shown_columns,
+    shows_expected,
     source_text,
     with_code,
 )
@@ -250,7 +250,8 @@ def _failures(document: dict[str, Any]) -> list[str]:
     parts = [
         "<h2>Failures, errors and unexplained skips</h2>"
         f"<p>{total} in {len(groups)} group{'s' if len(groups) != 1 else ''} of one cause "
-        "each (same backend, family and message, numbers and case ids aside).</p>"
+        "each (same backend, family and message, numbers and case ids aside; the same message "
+        "across families is one group).</p>"
     ]
     for group in groups:
         first = group["first"]

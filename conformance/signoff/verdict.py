@@ -186,9 +186,22 @@ def unexplained(judged: Judged) -> Issue | None:
     return Issue(
         "SIGN012",
         f"{count} unexplained skips or xfails (first: {first.node_id}: "
-        f"{first.message[:200]}): fix them or list them with a reason in "
+        f"{clipped(first.message, MAX_FIRST_MESSAGE)}): fix them or list them with a reason in "
         f"conformance/expectations/{judged.input.backend}.txt",
     )
+
+
+MAX_FIRST_MESSAGE = 300
+"""How much of the first unexplained skip's message a reason quotes."""
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` on one line, cut at the last word boundary within ``limit`` characters (``…``)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit + 1].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    return cut.rstrip(" ,;:(") + " …"
 
 
 def nothing_passed(judged: Judged) -> Issue | None:

@@ -76,7 +76,10 @@ def test_a_finished_engine_run_reads_as_finished(document: dict) -> None:
         ({"started": "S", "finished_at": "F", "finished": True}, "S → F"),
         ({"started": "S", "finished": False}, "S → not finished"),
         ({"finished": False}, "not finished"),
-        ({"finished": True, "exitstatus": 1}, "finished (exit 1); start and end times not recorded"),
+        (
+            {"finished": True, "exitstatus": 1},
+            "finished (exit 1); start and end times not recorded",
+        ),
     ],
 )
 def test_run_times_say_what_the_sidecar_records(run: dict, text: str) -> None:

@@ -34,7 +34,9 @@ import pytest
 def test_decode(case):
     assert not case.startswith("fp8"), "this decode has no fp8 path"
 """
-SKIPS = "skip: tests/conformance/test_numerics.py::test_decode[fp8-{}]  # fp8 path not written yet\n"
+SKIPS = (
+    "skip: tests/conformance/test_numerics.py::test_decode[fp8-{}]  # fp8 path not written yet\n"
+)
 
 
 def _view() -> StaticView:
