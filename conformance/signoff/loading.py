@@ -14,9 +14,6 @@ from pathlib import Path
 from typing import Any
 from xml.etree.ElementTree import Element, ParseError
 
-from defusedxml import DefusedXmlException, DTDForbidden, EntitiesForbidden
-from defusedxml.ElementTree import fromstring as safe_fromstring
-
 from conformance.runs.names import Shard
 from conformance.runs.sidecar import SIDECAR_FORMAT_PREFIX
 from conformance.signoff.errors import SignoffInputError
@@ -53,7 +50,13 @@ def read_bounded(path: Path, *, limit: int) -> bytes:
 
 
 def parse_xml(path: Path, data: bytes) -> Element:
-    """Parse JUnit XML with defusedxml: no DTD, no entities, no external references."""
+    """Parse JUnit XML with defusedxml: no DTD, no entities, no external references.
+
+    defusedxml is imported here, not with the module, so that ``signoff --help`` works where
+    it is missing (the command itself then says so: `conformance.signoff.cli`)."""
+    from defusedxml import DefusedXmlException, DTDForbidden, EntitiesForbidden
+    from defusedxml.ElementTree import fromstring as safe_fromstring
+
     try:
         root = safe_fromstring(data, forbid_dtd=True)
     except DTDForbidden:
