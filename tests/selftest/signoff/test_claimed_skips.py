@@ -8,6 +8,9 @@ skips as one group, not one per case-id piece their common message happens to co
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from conformance.applicability import Declaration, case_facts_table
@@ -22,6 +25,8 @@ from conformance.signoff.verdict import clipped
 from synthetic_reports import node_ids, offline_options, write_backend
 
 pytestmark = pytest.mark.selftest
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 TAKES_FP8 = Declaration(
     "cpu", "aiter-v1", ("bf16", "e4m3fn", "e4m3fnuz"), ("bf16", "e4m3fn", "e4m3fnuz")
@@ -77,6 +82,15 @@ def test_a_decode_that_skips_its_declared_fp8_cases_blocks_with_sign009(tmp_path
     assert f"{len(skipped)} tests reported not applicable" in cpu.reason
     assert REASON in cpu.reason and "declares" in cpu.reason
     assert all(c.outcome == Outcome.SKIPPED for c in cpu.cases if c.node_id in skipped)
+
+
+def test_the_code_is_the_one_the_plugin_guide_names(tmp_path) -> None:
+    guide = (REPO_ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    sentence = guide[guide.index('calls `pytest.skip("not applicable: ...")` itself') :]
+    named = re.search(r"SIGN\d{3}", sentence)
+    assert named is not None
+    cpu = _sign(tmp_path, _fp8_ids(), MESSAGE).backends["cpu"]
+    assert cpu.code == named.group(0)
 
 
 def test_identical_skips_are_one_group(tmp_path) -> None:
