@@ -10,6 +10,8 @@ skip and xfail with its reason, first of all on a release's page.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -184,3 +186,43 @@ def test_a_release_signoff_lists_them_first(
     )
     text = render_markdown(plain)
     assert text.index("What stops a PASS") < text.index("Expected skips and xfails")
+
+
+def _git(repository: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(repository), *args], check=True, capture_output=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("committed", [True, False])
+def test_the_repositorys_file_is_the_committed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, committed: bool
+) -> None:
+    """A run that used the checkout's copy of cpu.txt with an entry not committed yet is
+    refused: the entry is not the suite's until it is committed."""
+    if shutil.which("git") is None:
+        pytest.skip("not applicable: git is not installed")
+    monkeypatch.delenv("MLA_CONFORMANCE_GIT_COMMIT", raising=False)
+    repository = tmp_path / "checkout"
+    expectations = repository / "conformance" / "expectations"
+    expectations.mkdir(parents=True)
+    ids = node_ids("metadata", 4)
+    (expectations / "cpu.txt").write_text("# cpu\n")
+    _git(repository, "init", "-q")
+    _git(repository, "add", ".")
+    _git(repository, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    if not committed:
+        (expectations / "cpu.txt").write_text(f"# cpu\nskip: {ids[0]}  # not today\n")
+    (junit,) = write_backend(tmp_path / "reports" / "junit", "cpu", ids)
+    edit_sidecar(
+        junit.with_name("cpu.meta.json"),
+        expectations_file="conformance/expectations/cpu.txt",
+        expectations_sha256=sha256_of(expectations / "cpu.txt"),
+    )
+    options = offline_options(tmp_path / "reports", write=False, expectations_dir=expectations)
+    cpu = run_signoff(options).backends["cpu"]
+    if committed:
+        assert cpu.status == Status.PASS, cpu.reason
+    else:
+        assert (cpu.status, cpu.code) == (Status.INCOMPLETE, "SIGN022"), cpu.reason
+        assert "uncommitted changes" in cpu.reason
