@@ -83,14 +83,16 @@ def used_files(runs: Sequence[RunReport], repository_file: Path | None) -> list[
     for run in runs:
         sidecar = run.sidecar or {}
         recorded = SHA_KEY in sidecar
-        file, sha = sidecar.get(FILE_KEY), sidecar.get(SHA_KEY)
+        file, sha = (
+            None if v is None else str(v) for v in (sidecar.get(FILE_KEY), sidecar.get(SHA_KEY))
+        )
         engine = sidecar.get("kind") == ENGINE and not recorded
         row = rows.setdefault(
             (file, sha, recorded, engine),
             {
                 "engine": engine,
-                "file": None if file is None else str(file),
-                "sha256": None if sha is None else str(sha),
+                "file": file,
+                "sha256": sha,
                 "recorded": recorded,
                 "runs": [],
                 "builtin": repository_file is not None,
