@@ -10,10 +10,12 @@ Environments are nox's own: one per session under ``.nox/``, made with uv where 
 installed (else virtualenv) and reused on later runs. Each session installs one requirement
 set of ``requirements/``. The GPU sessions see the interpreter's site packages
 (``--system-site-packages``, and a ``.pth`` file where nox runs in a virtualenv), so a GPU
-machine's vendor torch, triton and aiter are used as installed; where that interpreter has
-no torch, the CPU set is installed so the tests are collected and reported skipped. A
-backend that cannot run here still writes its JUnit file (every test skipped, with the
-reason) and then is a skipped session in nox's summary.
+machine's vendor torch, triton and aiter are used as installed, while pytest loads only the
+plugins a run needs (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``, `conformance.harness.pytest_plugins`),
+never those installed there; where that interpreter has no torch, the CPU set is installed so
+the tests are collected and reported skipped. A backend that cannot run here still writes its
+JUnit file (every test skipped, with the reason) and then is a skipped session in nox's
+summary.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from conformance.ci import installer, sessions  # noqa: E402
 from conformance.harness.plugins_env import install_plugins  # noqa: E402
+from conformance.harness.pytest_plugins import isolated_plugins, needed_packages  # noqa: E402
 from conformance.runs.environment import BACKEND_VARIABLE, gpu_count  # noqa: E402
 from conformance.runs.names import JUNIT_DIR, junit_name  # noqa: E402
 from conformance.runs.shards import DURATIONS_FILE  # noqa: E402
@@ -84,6 +87,22 @@ def _has_torch(session: nox.Session) -> bool:
 
 def _env(session: nox.Session, **extra: str) -> dict[str, str]:
     return {**os.environ, **{k: v for k, v in session.env.items() if v is not None}, **extra}
+
+
+def _importable(session: nox.Session, packages: list[str]) -> set[str]:
+    """Which of `packages` the session's interpreter can import."""
+    code = "import importlib.util as u, sys; print(*[p for p in sys.argv[1:] if u.find_spec(p)])"
+    probe = [_python(session), "-c", code, *packages]
+    found = subprocess.run(probe, capture_output=True, text=True, env=_env(session))
+    return set(found.stdout.split()) if found.returncode == 0 else set()
+
+
+def _plugin_isolation(session: nox.Session, gpu: bool) -> tuple[dict[str, str], list[str]]:
+    """A GPU run sees the interpreter's site packages: it loads only the pytest plugins it
+    needs (`conformance.harness.pytest_plugins`), never those installed there."""
+    if not gpu:
+        return {}, []
+    return isolated_plugins(_importable(session, needed_packages()))
 
 
 def _reach_interpreter_site(session: nox.Session) -> None:
@@ -151,16 +170,17 @@ def _conformance(session: nox.Session, target: Target, backend: str, junit: str)
     run = sessions.run_target(backend, target)
     threads = {} if run.device.is_gpu else {"OMP_NUM_THREADS": "1"}
     paths = [] if sessions.has_test_paths(session.posargs, ROOT) else ["tests/conformance"]
+    isolation, plugins = _plugin_isolation(session, run.device.is_gpu)
     started = time.time() - 1
     session.run(
         _python(session), "-m", "pytest", *paths,
         f"--backend={backend}",
         f"--junitxml={path.as_posix()}",  # relative: no machine path in the sidecar
         "-o", f"junit_suite_name=mla-{backend}",
-        "-p", "no:cacheprovider",
+        "-p", "no:cacheprovider", *plugins,
         *sessions.worker_args(run.device_kind, session.posargs, _gpus(run.device_kind)),
         *session.posargs,
-        env={BACKEND_VARIABLE: backend, **threads, **run.environment},
+        env={BACKEND_VARIABLE: backend, **threads, **run.environment, **isolation},
     )  # fmt: skip
     outcome = sessions.run_outcome(ROOT / path, started)
     selection = str((outcome or {}).get("selection", "full"))

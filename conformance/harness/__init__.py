@@ -6,7 +6,8 @@
 - `run_state`: what the report plugin learns during one session;
 - `sidecar`: what the plugin records in the ``.meta.json`` beside each JUnit file;
 - `selection`: partial selections, which never supersede a full report;
-- `gpu_pinning`: one GPU per xdist worker, by the backend's declared device kind.
+- `gpu_pinning`: one GPU per xdist worker, by the backend's declared device kind;
+- `pytest_plugins`: a GPU session's run loads the pytest plugins it needs, not its site's.
 
 File names, shards, the sidecar format, expectation files and provenance are the run
 contract, shared with the sign-off: `conformance.runs`. (`sharding`, `expectations` and

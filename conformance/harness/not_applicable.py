@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from conformance.applicability import NOT_APPLICABLE, Declaration, not_applicable
+from conformance.runs.skip_reasons import CLAIMED_ELSEWHERE as CLAIMED_ELSEWHERE  # re-exported
+from conformance.runs.skip_reasons import claimed_elsewhere
 
 SUITE_PROPERTY: tuple[str, str] = ("not_applicable", "suite")
 """The JUnit testcase property of a not-applicable skip the harness issued."""
-CLAIMED_ELSEWHERE = "unexplained skip, not the suite's not-applicable"
 REASON_KEY = pytest.StashKey[str]()
 DECLARATION_KEY = pytest.StashKey["Declaration | None"]()
 
@@ -78,10 +79,5 @@ def pytest_runtest_makereport(
     declaration = item.config.stash.get(DECLARATION_KEY, None)
     declared = "unknown" if declaration is None else declaration.words()
     path, line, _ = report.longrepr  # type: ignore[misc]
-    report.longrepr = (
-        path,
-        line,
-        f"{CLAIMED_ELSEWHERE} (the declaration {declared} does not rule this test out): "
-        f"{reason.removeprefix(NOT_APPLICABLE)}",
-    )
+    report.longrepr = (path, line, claimed_elsewhere(declared, reason.removeprefix(NOT_APPLICABLE)))
     return report

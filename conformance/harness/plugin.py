@@ -120,7 +120,7 @@ def family_of(item: pytest.Item) -> str | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     name = chosen_backend(config)
     avail = config.stash[availability_key]
-    skip = pytest.mark.skip(reason=f"backend {name} unavailable: {avail.reason}")
+    skip = pytest.mark.skip(reason=unavailable_skip_reason(name, avail.reason))
     declaration = config.stash[not_applicable.DECLARATION_KEY]
     for item in items:
         family = family_of(item)
@@ -133,6 +133,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
         elif declaration is not None:
             not_applicable.mark(item, declaration)
+
+
+def unavailable_skip_reason(name: str, reason: str) -> str:
+    """The skip reason of every conformance test of a backend that cannot run here."""
+    return f"backend {name} unavailable: {reason}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Fold an unavailable backend's skips into one summary line, not one per test location.
+
+    Runs after the JUnit file is written and before pytest's short summary (``-ra``), so only
+    the terminal sees the skips' location as the conformance folder.
+    """
+    config = terminalreporter.config
+    avail = config.stash.get(availability_key, None)
+    if avail is None or avail.available:
+        return
+    reason = unavailable_skip_reason(chosen_backend(config), avail.reason)
+    folder = str(config.rootpath / CONFORMANCE_TESTS)
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        if isinstance(longrepr, tuple) and len(longrepr) == 3:
+            if str(longrepr[2]).removeprefix("Skipped: ") == reason:
+                report.longrepr = (folder, None, longrepr[2])
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,9 @@
 
 Written by the controller only (never an xdist worker). It holds the backend, shard, whether
 the selection was full or partial (``selection``, ``selection_reason``), the collected and
-selected ids, availability, the backend's declaration, device, versions, git commit and
-timestamps.
+selected ids, the expectation file used and its sha256 (``expectations_file``,
+``expectations_sha256``: null when there is no such file), availability, the backend's
+declaration, device, versions, git commit and timestamps.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from conformance.harness.not_applicable import recorded_declaration
 from conformance.harness.run_state import RunState, now, relative
 from conformance.runs import provenance
+from conformance.runs.expectations import expectations_sha256
 from conformance.runs.names import junit_name
 from conformance.runs.sidecar import SIDECAR_FORMAT, seal_sidecar, write_sidecar
 
@@ -132,6 +134,7 @@ def document(
         "args": [str(argument) for argument in config.invocation_params.args],
         "xdist_workers": len(state.worker_reports),
         "expectations_file": relative(state.expectations_file, config.rootpath),
+        "expectations_sha256": expectations_sha256(state.expectations_file),
         **facts,
     }
 

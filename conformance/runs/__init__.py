@@ -6,6 +6,7 @@ Below the pytest harness, the sign-off and the CI generators, which all take it 
 - `shards`: which tests belong to which shard (hash rule, or recorded durations);
 - `sidecar`: the sidecar's format, its machine facts, its atomic write and seal;
 - `expectations`: per-backend expectation files (``conformance/expectations/``);
+- `skip_reasons`: the harness's words for a not-applicable claim the suite did not make;
 - `provenance`: the machine and software facts a run records;
 - `environment`: the environment variables a run reads;
 - `outputs`: the sign-off's output files beside the JUnit directory, and moving them aside;

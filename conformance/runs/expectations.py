@@ -19,6 +19,7 @@ File: ``conformance/expectations/<backend>.txt``. One entry per line::
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -124,6 +125,14 @@ def load_expectations(path: Path) -> list[Expectation]:
     except (OSError, UnicodeDecodeError) as error:
         raise ExpectationFileError(f"{path}: cannot read expectation file: {error}") from error
     return parse_expectations(text, file=path)
+
+
+def expectations_sha256(path: Path) -> str | None:
+    """The sha256 of an expectation file's bytes (a run records it); None when there is none."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
 
 
 def expectations_path(backend: str, directory: Path | None = None) -> Path:

@@ -22,6 +22,7 @@ from conformance.signoff import (
     discovery,
     engine,
     evidence,
+    expectation_files,
     integrity,
     verdict,
 )
@@ -144,6 +145,14 @@ CHECKS: Mapping[str, Rule[Any]] = {
             (
                 "the runs recorded different declarations, or one other than the backend class "
                 "declares here"
+            ),
+        ),
+        Rule(
+            "SIGN022",
+            expectation_files.expectation_issues,
+            (
+                "a built-in backend ran with expectations other than the repository's committed "
+                "file (the sha256 its sidecar records differs, or another file is named)"
             ),
         ),
     )

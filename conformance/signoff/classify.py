@@ -8,7 +8,8 @@
   `conformance.applicability.not_applicable` derives from the declaration and the test id.
   Any other such claim (the backend opting out of a case it declares, a reason that
   contradicts the declaration, a declaration nobody can tell) is an unexplained skip that
-  names the declaration; `not_applicable_issues` turns them into one issue (SIGN009).
+  names the declaration; `not_applicable_issues` turns them into one issue (SIGN009). So is
+  a claim the harness already reworded at run time (`conformance.runs.skip_reasons`).
 - A skip whose reason starts ``backend <name> unavailable:`` is the backend not running here.
 - A skip is *expected* when the backend's expectation file lists it as ``skip:`` (or its reason
   carries the plugin's ``expected skip (...)`` prefix); any other skip is unexplained, and so is
@@ -30,6 +31,7 @@ from conformance.runs.expectations import (
     match_expectation,
     stale_entries,
 )
+from conformance.runs.skip_reasons import parse_claimed_elsewhere
 from conformance.signoff.issue import Issue
 from conformance.signoff.model import CaseResult, Outcome
 
@@ -52,6 +54,13 @@ def _skip_outcome(
         return Outcome.SKIPPED, f"skipped with no reason ({message.strip() or 'empty'!r})"
     if message.startswith(NOT_APPLICABLE_PREFIX) and message[len(NOT_APPLICABLE_PREFIX) :].strip():
         return _not_applicable_outcome(case.node_id, message, backend, declaration)
+    claim = parse_claimed_elsewhere(message)
+    if claim is not None:  # the harness's words for a claim the suite did not make
+        declared, reason = claim
+        return Outcome.SKIPPED, (
+            f"{UNDERIVED}the run skipped it as {NOT_APPLICABLE_PREFIX + reason!r} itself, but "
+            f"{backend} declares {declared}: the test applies"
+        )
     if message.startswith(unavailable_prefix(backend)):
         return Outcome.UNAVAILABLE, message
     if message.startswith(EXPECTED_SKIP_PREFIX) or (entry is not None and entry.kind == "skip"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -190,8 +191,26 @@ def _summary(result: SignoffResult) -> list[str]:
     return [relative_text(line, result.root) for line in lines]
 
 
+NEEDED_PACKAGES: tuple[str, ...] = ("defusedxml",)
+"""Packages the sign-off needs to read reports (``--help`` needs none of them)."""
+
+
+def missing_packages() -> list[str]:
+    """The `NEEDED_PACKAGES` this interpreter cannot import."""
+    return [name for name in NEEDED_PACKAGES if importlib.util.find_spec(name) is None]
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the sign-off; print a summary; return the verdict's exit code."""
+    missing = missing_packages()
+    if missing:
+        _say(
+            f"signoff: needs the Python package {missing[0]!r} to read reports safely, which is "
+            "not installed here (pip install -r requirements/base.txt, or run it through nox: "
+            "nox -s signoff)",
+            error=True,
+        )
+        return 2
     if not args.reports.is_dir():
         _say(f"signoff: --reports {args.reports}: no such directory", error=True)
         return 2

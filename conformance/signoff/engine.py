@@ -38,6 +38,7 @@ from conformance.signoff.report_json import backend_order, render_json, signoff_
 from conformance.signoff.report_md import render_markdown
 from conformance.signoff.substitution import substitute_evidence
 from conformance.signoff.verdict import evaluate_backend, overall_verdict
+from conformance.targets import BUILTIN_TARGETS
 
 
 class SignoffUsageError(ValueError):
@@ -57,7 +58,8 @@ class SignoffOptions:
     no_collect: bool = False  # a release collects unless told not to
     baseline: Path | None = None  # an earlier signoff.json to compare with
     root: Path = field(default_factory=Path.cwd)
-    expectations_dir: Path = DEFAULT_EXPECTATIONS_DIR
+    expectations_dir: Path = DEFAULT_EXPECTATIONS_DIR  # a plug-in's files (--expectations-dir)
+    repository_expectations: Path = DEFAULT_EXPECTATIONS_DIR  # the built-in targets' files
     write: bool = True
     max_bytes: int = MAX_JUNIT_BYTES
     collector: Callable[[str], list[str]] | None = None  # for --collect; default: pytest
@@ -98,8 +100,14 @@ def _required(
     return backend_order(ran), "the backends that ran (backends.registry cannot tell)"
 
 
-def expectations_of(backend: str, directory: Path, errors: list[str]) -> list[Expectation]:
-    """The backend's expectation entries; an unreadable file is an error (SIGN018)."""
+def expectations_of(backend: str, options: SignoffOptions, errors: list[str]) -> list[Expectation]:
+    """The backend's expectation entries; an unreadable file is an error (SIGN018).
+
+    A built-in target is always judged by the repository's file: ``--expectations-dir``
+    gives the files of plug-ins only.
+    """
+    builtin = backend in BUILTIN_TARGETS
+    directory = options.repository_expectations if builtin else options.expectations_dir
     try:
         return load_expectations(expectations_path(backend, directory))
     except ExpectationFileError as error:
@@ -130,6 +138,7 @@ def judge(
 ) -> BackendResult:
     """`evaluate_backend`, turning an unforeseen error on hostile input into INCOMPLETE."""
     backend = backend_input.backend
+    builtin = backend in BUILTIN_TARGETS
     try:
         return evaluate_backend(
             backend_input,
@@ -141,6 +150,9 @@ def judge(
             else options.backends.unavailable_reason(backend),
             expected_kind=options.backends.device_kind(backend),
             declaration=options.backends.declaration(backend),
+            repository_expectations=expectations_path(backend, options.repository_expectations)
+            if builtin
+            else None,
         )
     except (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as error:
         files = ", ".join(run.path.name for run in backend_input.runs) or "its reports"
@@ -205,7 +217,7 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
         results[backend] = judge(
             backend_input,
             options,
-            expectations=expectations_of(backend, options.expectations_dir, errors),
+            expectations=expectations_of(backend, options, errors),
             collected=collected,
         )
         results[backend].warnings += provenance_warnings(backend_input)
@@ -232,6 +244,7 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         reports_dir=options.reports_dir,
         root=options.root,
+        release=options.release,
     )
     if options.baseline is not None:
         result.baseline = load_baseline(options.baseline)

@@ -1,6 +1,9 @@
 """Failures grouped by cause: same backend, family, outcome and message shape.
 
-Thirty-nine golden cases failing on one dropped scale are one finding, not thirty-nine. A
+Thirty-nine golden cases failing on one dropped scale are one finding, not thirty-nine; and
+tests of one backend and outcome whose messages read the same (numbers aside) are one group
+whatever their family or case ids: 44 identical skips are one finding, never split by the
+case-id pieces their common message happens to contain. A
 message's shape is its first line with the case's own parameter id (and each piece of it
 that holds a digit: ``q-bf16-kv-e4m3fn`` gives ``bf16`` and ``e4m3fn``) replaced by
 ``‹case›`` and every number (and hex address) by ``#``: ``‹case› decode (own metadata) out:
@@ -41,6 +44,12 @@ def message_shape(message: str, node_id: str) -> str:
     return _NUMBER.sub("#", _HEX.sub("#", first))
 
 
+def plain_shape(message: str) -> str:
+    """The first line of ``message`` with numbers and addresses normalised, case ids kept."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    return _NUMBER.sub("#", _HEX.sub("#", lines[0] if lines else "(no message)"))
+
+
 def _junit_files(backend: dict[str, Any], sources: list[str]) -> list[str]:
     """The paths of the JUnit files named ``sources`` (from the run provenance rows)."""
     by_name = {row["file"].rsplit("/", 1)[-1]: row["file"] for row in backend["provenance"]}
@@ -50,34 +59,47 @@ def _junit_files(backend: dict[str, Any], sources: list[str]) -> list[str]:
 def failure_groups(document: dict[str, Any]) -> list[dict[str, Any]]:
     """Every backend's problems (failures, errors, unexplained skips) grouped by cause.
 
-    Each group: ``backend``, ``family``, ``outcome``, ``shape``, ``count``, ``ids`` (all),
+    Each group: ``backend``, ``family`` (the families of its cases, comma-separated),
+    ``outcome``, ``shape``, ``count``, ``ids`` (all),
     ``first`` (the first case, its message in full) and ``files`` (the JUnit files, as paths).
     Groups keep the order of their first case.
     """
-    groups: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    groups: dict[tuple[str, ...], dict[str, Any]] = {}
     for backend in document["backends"]:
         for case in backend["problems"]:
-            shape = message_shape(case["message"] or "", case["id"])
+            message = case["message"] or ""
+            same_text = (backend["backend"], case["outcome"], "text", plain_shape(message))
+            shape = message_shape(message, case["id"])
             key = (backend["backend"], case["family"], case["outcome"], shape)
-            group = groups.setdefault(
-                key,
-                {
+            group = groups.get(same_text) or groups.get(key)
+            if group is None:
+                group = {
                     "backend": backend["backend"],
                     "family": case["family"],
                     "outcome": case["outcome"],
                     "shape": shape,
+                    "plain": plain_shape(message),
+                    "families": [],
                     "ids": [],
                     "first": case,
                     "sources": [],
                     "_backend": backend,
-                },
-            )
+                }
+            groups.setdefault(same_text, group)
+            groups.setdefault(key, group)
             group["ids"].append(case["id"])
+            if case["family"] not in group["families"]:
+                group["families"].append(case["family"])
+            if plain_shape(message) != group["plain"]:
+                group["plain"] = None  # the texts differ: only the shape is common
             if case["source"] not in group["sources"]:
                 group["sources"].append(case["source"])
     result = []
-    for group in groups.values():
+    for group in {id(group): group for group in groups.values()}.values():
         backend = group.pop("_backend")
+        group["family"] = ", ".join(group.pop("families"))
+        plain = group.pop("plain")
+        group["shape"] = plain if plain is not None else group["shape"]
         group["count"] = len(group["ids"])
         group["files"] = _junit_files(backend, sorted(group.pop("sources")))
         result.append(group)

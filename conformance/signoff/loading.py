@@ -14,9 +14,6 @@ from pathlib import Path
 from typing import Any
 from xml.etree.ElementTree import Element, ParseError
 
-from defusedxml import DefusedXmlException, DTDForbidden, EntitiesForbidden
-from defusedxml.ElementTree import fromstring as safe_fromstring
-
 from conformance.runs.names import Shard
 from conformance.runs.sidecar import SIDECAR_FORMAT_PREFIX
 from conformance.signoff.errors import SignoffInputError
@@ -53,7 +50,13 @@ def read_bounded(path: Path, *, limit: int) -> bytes:
 
 
 def parse_xml(path: Path, data: bytes) -> Element:
-    """Parse JUnit XML with defusedxml: no DTD, no entities, no external references."""
+    """Parse JUnit XML with defusedxml: no DTD, no entities, no external references.
+
+    defusedxml is imported here, not with the module, so that ``signoff --help`` works where
+    it is missing (the command itself then says so: `conformance.signoff.cli`)."""
+    from defusedxml import DefusedXmlException, DTDForbidden, EntitiesForbidden
+    from defusedxml.ElementTree import fromstring as safe_fromstring
+
     try:
         root = safe_fromstring(data, forbid_dtd=True)
     except DTDForbidden:
@@ -118,11 +121,19 @@ def node_id_from_junit(classname: str, name: str) -> str:
     return "::".join([module, *parts[module_end + 1 :], name])
 
 
+ENGINE_FAMILIES: dict[str, str] = {"family_a": "metadata", "family_b": "stubs", "family_c": "plan"}
+"""An engine target's family modules (``tests/engines/<engine>/test_family_a.py``) → the column
+of the shared test set they run on the engine's own code: A metadata construction, B layer
+stubs, C persistent-decode plans (with its fp8 golden decodes)."""
+
+
 def family_of_node_id(node_id: str) -> str:
-    """``tests/conformance/test_stubs.py::test_x`` → ``stubs``; ``other`` when not a test module."""
+    """``tests/conformance/test_stubs.py::test_x`` → ``stubs``; ``other`` when not a test module;
+    an engine's ``test_family_a.py`` → its shared family (`ENGINE_FAMILIES`)."""
     module = node_id.split("::", 1)[0].rsplit("/", 1)[-1]
     if module.startswith("test_") and module.endswith(".py"):
-        return module.removeprefix("test_").removesuffix(".py")
+        name = module.removeprefix("test_").removesuffix(".py")
+        return ENGINE_FAMILIES.get(name, name)
     return "other"
 
 

@@ -151,6 +151,7 @@ class BackendResult:
     warnings: list[str]
     stale_expectations: list[str]
     code: str | None = None  # the sign-off check behind ``reason`` (None: PASS or NOT RUN)
+    expectation_files: list[dict[str, Any]] = field(default_factory=list)  # expectation_files
 
 
 @dataclass
@@ -169,3 +170,4 @@ class SignoffResult:
     outputs: dict[str, Path] = field(default_factory=dict)
     baseline: dict[str, Any] | None = None  # an earlier signoff.json (``--baseline``)
     root: Path | None = None  # the repository: paths in the reports are relative to it
+    release: bool = False  # a release sign-off (``--release``)

@@ -2,10 +2,12 @@
 
 Read top down: the verdict, what blocks a PASS (one line per backend), the backends, what is
 not signed off here, the family matrix, changes since a baseline, the problems, the failures
-grouped by cause (`failure_groups`), then the tolerance headroom (folded when something failed,
-so it never pushes the failures down), not applicable, evidence, provenance and warnings. The
-cells and bars of a backend whose evidence is STALE are hatched, pale and say "stale". Every
-string from a report is escaped: JUnit messages are untrusted input.
+grouped by cause (`failure_groups`), the expected skips and xfails with their reasons (a
+release's page shows them first, before what blocks a PASS), then the tolerance headroom
+(folded when something failed, so it never pushes the failures down), not applicable,
+evidence, provenance and warnings. The cells and bars of a backend whose evidence is STALE
+are hatched, pale and say "stale". Every string from a report is escaped: JUnit messages are
+untrusted input.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from conformance.signoff.report_md import (
     all_problems,
     all_warnings,
     blocking_lines,
+    expectation_file_lines,
     family_cell,
     is_stale,
     provenance_text,
     shown_columns,
+    shows_expected,
     source_text,
     with_code,
 )
@@ -96,6 +100,8 @@ def _head(document: dict[str, Any]) -> list[str]:
         f"<b>{escape(', '.join(document['required']) or 'none')}</b> "
         f"({escape(document['required_source'])}). Exit code {document['exit_code']}.</p>",
     ]
+    if document.get("release"):
+        parts += _expected(document)  # a release lists what the expectation files excuse first
     if blocking:
         parts.append('<div class="blocking"><b>What stops a PASS</b>' + _list(blocking) + "</div>")
     else:
@@ -244,7 +250,8 @@ def _failures(document: dict[str, Any]) -> list[str]:
     parts = [
         "<h2>Failures, errors and unexplained skips</h2>"
         f"<p>{total} in {len(groups)} group{'s' if len(groups) != 1 else ''} of one cause "
-        "each (same backend, family and message, numbers and case ids aside).</p>"
+        "each (same backend, family and message, numbers and case ids aside; the same message "
+        "across families is one group).</p>"
     ]
     for group in groups:
         first = group["first"]
@@ -273,6 +280,32 @@ def _failures(document: dict[str, Any]) -> list[str]:
             )
             + f'<p class="muted">{escape(where_messages_are(group))}</p></div>'
         )
+    return parts
+
+
+def _expected(document: dict[str, Any]) -> list[str]:
+    """Each expected skip and xfail with its reason, and the expectation files used."""
+    if not shows_expected(document):
+        return []
+    rows = document.get("expected_outcomes") or []
+    parts = ["<h2>Expected skips and xfails</h2>"]
+    if rows:
+        parts.append(
+            f"<p>{len(rows)} tests an expectation file excuses, each with its reason:</p>"
+            "<table><tr><th>backend</th><th>test</th><th>outcome</th><th>reason</th></tr>"
+            + "".join(
+                f"<tr><td>{escape(row['backend'])}</td><td><code>{escape(row['id'])}</code></td>"
+                f"<td>{escape(row['outcome'])}</td>"
+                f"<td>{escape(row['reason'] or '(no reason)')}</td></tr>"
+                for row in rows
+            )
+            + "</table>"
+        )
+    else:
+        parts.append("<p>No test is skipped or xfailed by an expectation file.</p>")
+    files = expectation_file_lines(document)
+    if files:
+        parts += ["<p>Expectation files the runs used:</p>", _list(files)]
     return parts
 
 
@@ -306,7 +339,9 @@ def render_html(document: dict[str, Any]) -> str:
     problems = all_problems(document)
     if problems:
         parts += ["<h2>Problems</h2>", _list(problems)]
-    parts += [*_failures(document), *_headroom(document), *_not_applicable(document)]
+    parts += _failures(document)
+    parts += [] if document.get("release") else _expected(document)
+    parts += [*_headroom(document), *_not_applicable(document)]
     parts += ["<h2>Evidence and provenance</h2>", _list(provenance_text(document))]
     warnings = all_warnings(document)
     if warnings:

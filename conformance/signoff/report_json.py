@@ -111,6 +111,7 @@ def _backend(result: BackendResult) -> dict[str, Any]:
         "issue_codes": [code_of(issue) for issue in result.issues],
         "warnings": result.warnings,
         "stale_expectations": result.stale_expectations,
+        "expectation_files": result.expectation_files,
         "completeness": None
         if completeness is None
         else {
@@ -154,6 +155,22 @@ def _evidence_commit(facts: dict[str, Any] | None) -> str | None:
     return str(commit or facts.get("git_commit") or "") or None
 
 
+def expected_outcomes(backends: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every expected skip and xfail of every backend: ``backend``, ``id``, ``outcome``,
+    ``reason`` (the message, which names the expectation file and line) and ``source``."""
+    return [
+        {
+            "backend": backend["backend"],
+            "id": case["id"],
+            "outcome": case["outcome"],
+            "reason": case["message"],
+            "source": case["source"],
+        }
+        for backend in backends
+        for case in [*backend["expected_skips"], *backend["xfails"]]
+    ]
+
+
 def signoff_document(result: SignoffResult) -> dict[str, Any]:
     """The whole sign-off as a JSON-ready dict."""
     backends = [_backend(result.backends[name]) for name in backend_order(result.backends)]
@@ -171,8 +188,10 @@ def signoff_document(result: SignoffResult) -> dict[str, Any]:
         "required": result.required,
         "required_source": result.required_source,
         "families": sorted({family for backend in backends for family in backend["families"]}),
+        "release": result.release,
         "blocking": result.blocking,
         "blocking_codes": [code_of(line) for line in result.blocking],
+        "expected_outcomes": expected_outcomes(backends),
         "errors": result.errors,
         "error_codes": [code_of(error) for error in result.errors],
         "warnings": result.warnings,

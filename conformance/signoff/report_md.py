@@ -1,7 +1,9 @@
 """``signoff.md``: the sign-off for people, in the same order as the HTML page.
 
 Failures come grouped by cause (`conformance.signoff.failure_groups`) before the headroom
-table; the family cells and headroom rows of a backend whose evidence is STALE say so.
+table; the family cells and headroom rows of a backend whose evidence is STALE say so. Each
+expected skip and xfail is listed with its reason and the expectation files the runs used
+(after the failures; first of all on a release sign-off's page).
 """
 
 from __future__ import annotations
@@ -133,9 +135,85 @@ def provenance_text(document: dict[str, Any]) -> list[str]:
                 f" ({run.get('device_kind') or 'kind not recorded'})"
                 + (f", GPUs {gpus}" if gpus else "")
                 + f"; {version_text or 'versions unknown'}; python {run.get('python') or '?'}; "
-                f"commit {run.get('git_commit') or 'unknown'}{dirty}; "
-                f"{run.get('started') or '?'} → {run.get('finished_at') or 'not finished'}"
+                f"commit {run.get('git_commit') or 'unknown'}{dirty}; {run_times(run)}"
             )
+    return lines
+
+
+def run_times(run: dict[str, Any]) -> str:
+    """``<started> → <finished_at>``; what the sidecar says when it records no times (an
+    engine session's records whether the run finished and its exit status only)."""
+    finished = run.get("finished") is True
+    exit_text = f" (exit {run['exitstatus']})" if run.get("exitstatus") is not None else ""
+    end = run.get("finished_at") or (
+        f"finished{exit_text}, time not recorded" if finished else "not finished"
+    )
+    if run.get("started"):
+        return f"{run['started']} → {end}"
+    if run.get("finished_at"):
+        return f"start not recorded → {end}"
+    return f"finished{exit_text}; start and end times not recorded" if finished else end
+
+
+def expectation_file_lines(document: dict[str, Any]) -> list[str]:
+    """One line per expectation file the runs of a backend used: its sha256 and standing."""
+    lines = []
+    for backend in document["backends"]:
+        for row in backend.get("expectation_files") or []:
+            if row.get("engine"):
+                sha, standing = "not recorded", "an engine run: the sign-off applies the "
+                standing += "repository's file to its skips"
+            elif not row["recorded"]:
+                sha, standing = "not recorded", "taken as the repository's by its path"
+            else:
+                sha = (row["sha256"] or "none: no such file")[:12]
+                standing = (
+                    "the plug-in's own file, listed here entry by entry"
+                    if not row["builtin"]
+                    else "the repository's committed file"
+                    if row["repository"]
+                    else "NOT the repository's committed file (SIGN022)"
+                )
+            lines.append(
+                f"{backend['backend']} ({', '.join(row['runs'])}): "
+                f"{row['file'] or 'no file recorded'} (sha256 {sha}): {standing}"
+            )
+    return lines
+
+
+def shows_expected(document: dict[str, Any]) -> bool:
+    """Whether the expected skips and xfails get a section: there are some, a plug-in brought
+    its own file, or the sign-off is a release's (which lists them first, even none)."""
+    plugin_files = any(
+        not row["builtin"]
+        for backend in document["backends"]
+        for row in backend.get("expectation_files") or []
+    )
+    return bool(document.get("expected_outcomes") or plugin_files or document.get("release"))
+
+
+def _expected(document: dict[str, Any]) -> list[str]:
+    if not shows_expected(document):
+        return []
+    rows = document.get("expected_outcomes") or []
+    lines = ["", "## Expected skips and xfails", ""]
+    if rows:
+        lines += [
+            f"{len(rows)} tests an expectation file excuses, each with its reason:",
+            "",
+            "| backend | test | outcome | reason |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {cell(row['backend'])} | `{cell(row['id'])}` | {cell(row['outcome'])} | "
+            f"{cell(row['reason'] or '(no reason)')} |"
+            for row in rows
+        ]
+    else:
+        lines.append("No test is skipped or xfailed by an expectation file.")
+    files = expectation_file_lines(document)
+    if files:
+        lines += ["", "Expectation files the runs used:", ""] + [f"- {cell(f)}" for f in files]
     return lines
 
 
@@ -233,6 +311,8 @@ def render_markdown(document: dict[str, Any]) -> str:
         f"({document['required_source']}).",
         "",
     ]
+    release_first = _expected(document) if document.get("release") else []
+    lines += [*release_first[1:], ""] if release_first else []
     blocking = blocking_lines(document)
     lines += ["## What stops a PASS", ""] + [f"- {cell(line)}" for line in blocking]
     if not blocking:
@@ -259,6 +339,7 @@ def render_markdown(document: dict[str, Any]) -> str:
     if problems:
         lines += ["", "## Problems", ""] + [f"- {cell(problem)}" for problem in problems]
     lines += _failures(document)
+    lines += [] if document.get("release") else _expected(document)
     lines += _headroom(document)
     lines += ["", "## Evidence and provenance", ""]
     lines += [f"- {cell(line)}" for line in provenance_text(document)]

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from conformance.applicability import Declaration
 from conformance.runs.expectations import Expectation
@@ -37,6 +38,7 @@ from conformance.signoff.classify import (
 )
 from conformance.signoff.completeness import check_completeness
 from conformance.signoff.declared import declaration_issues, declaration_of
+from conformance.signoff.expectation_files import expectation_issues, used_files
 from conformance.signoff.integrity import FIGURED_TEST, integrity_issues
 from conformance.signoff.issue import Issue, code_of, coded
 from conformance.signoff.model import (
@@ -68,12 +70,15 @@ def evaluate_backend(
     availability_reason: str | None = None,
     expected_kind: str | None = None,
     declaration: Declaration | None = None,
+    repository_expectations: Path | None = None,
 ) -> BackendResult:
     """Classify, check completeness and decide the status of one backend.
 
     ``declaration`` is what the backend class declares here (None: it cannot be loaded); the
     runs' recorded declaration comes first (`conformance.signoff.declared`), and every
     not-applicable skip must follow from it (`conformance.applicability`).
+    ``repository_expectations`` is the committed expectation file a built-in target's runs must
+    have used (`conformance.signoff.expectation_files`); None for a plug-in, which brings its own.
     """
     backend = backend_input.backend
     if not backend_input.has_input:
@@ -88,11 +93,15 @@ def evaluate_backend(
     )
     completeness = check_completeness(backend_input, collected=collected)
     integrity = integrity_issues(backend_input, expected_kind=expected_kind, collected=collected)
+    files = used_files(backend_input.runs, repository_expectations)
+    refused, unchecked = expectation_issues(backend, files, repository_expectations)
+    warnings += unchecked
     issues: list[str] = [
         *coded("SIGN001", backend_input.problems),
         *coded("SIGN002", integrity),
         *completeness.issues,
         *declaration_issues(backend, backend_input.runs, declaration),
+        *refused,
         *not_applicable_issues(cases, backend),
     ]
     known_ids = {case.node_id for case in cases}
@@ -128,6 +137,7 @@ def evaluate_backend(
         warnings,
         stale,
         code=code,
+        expectation_files=files,
     )
 
 
@@ -176,9 +186,22 @@ def unexplained(judged: Judged) -> Issue | None:
     return Issue(
         "SIGN012",
         f"{count} unexplained skips or xfails (first: {first.node_id}: "
-        f"{first.message[:200]}): fix them or list them with a reason in "
+        f"{clipped(first.message, MAX_FIRST_MESSAGE)}): fix them or list them with a reason in "
         f"conformance/expectations/{judged.input.backend}.txt",
     )
+
+
+MAX_FIRST_MESSAGE = 300
+"""How much of the first unexplained skip's message a reason quotes."""
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` on one line, cut at the last word boundary within ``limit`` characters (``…``)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit + 1].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    return cut.rstrip(" ,;:(") + " …"
 
 
 def nothing_passed(judged: Judged) -> Issue | None:

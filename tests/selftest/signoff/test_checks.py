@@ -27,6 +27,7 @@ from synthetic_reports import (
     node_ids,
     offline_options,
     rewrite_junit,
+    sha256_of,
     write_backend,
 )
 
@@ -214,6 +215,18 @@ def declaration_changed_since_the_run(reports: Path) -> dict:
     return sign(reports, declaration=TAKES_ALL)
 
 
+def private_expectations(reports: Path) -> dict:
+    """A built-in backend run with an expectation file that is not the repository's."""
+    private = reports / "private" / "cpu.txt"
+    private.parent.mkdir(parents=True)
+    private.write_text("skip: tests/conformance/test_metadata.py  # not today\n")
+    write_backend(junit(reports), "cpu", IDS)
+    edit_sidecar(
+        sidecar(reports), expectations_file=str(private), expectations_sha256=sha256_of(private)
+    )
+    return sign(reports)
+
+
 CONTROLS: dict[str, Callable[[Path], dict]] = {
     "SIGN001": unreadable_report,
     "SIGN002": disagreeing_claims,
@@ -236,6 +249,7 @@ CONTROLS: dict[str, Callable[[Path], dict]] = {
     "SIGN019": failed_collection,
     "SIGN020": unjudgeable_reports,
     "SIGN021": declaration_changed_since_the_run,
+    "SIGN022": private_expectations,
 }
 
 

@@ -256,5 +256,7 @@ def offline_options(
         names=("cpu", "interpret", "cuda", "rocm"), runnable_names=runnable, reasons=reasons
     )
     settings: dict[str, Any] = {"reports_dir": reports_dir, "evidence_dir": None, "backends": view}
+    if "expectations_dir" in changes:  # the test's own expectation files play the repository's
+        settings["repository_expectations"] = changes["expectations_dir"]
     settings.update(changes)
     return SignoffOptions(**settings)
