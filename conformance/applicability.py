@@ -65,7 +65,7 @@ class Declaration:
     @classmethod
     def of(cls, backend: Any) -> Declaration:
         """The declaration of a `Backend` instance or class."""
-        tables = getattr(backend, "kernel_table", None)
+        tables = None if isinstance(backend, type) else getattr(backend, "kernel_table", None)
         return cls(
             backend=str(backend.name),
             plan_format=backend.plan_format,

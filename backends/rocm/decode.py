@@ -22,6 +22,7 @@ from backends.rocm.probe import AiterRuntime, RocmDevice, _persistent_gate_probl
 from conformance.aiter_kernels import KernelChoice, KernelTable, choose
 from conformance.applicability import dtype_label
 from conformance.errors import BackendUnavailable, PlanError
+from conformance.native_calls import native_call
 from conformance.numerics.fp8 import is_fp8
 from conformance.persistent.aiter_check import pointer_table_problems
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
@@ -179,30 +180,32 @@ def aiter_decode(
     wants_lse = choice.lse_kernel is not None if return_lse is None else return_lse
     refuse_abort(choice, return_lse=wants_lse)
     o = torch.full((rows, heads, KV_LORA_RANK), math.nan, dtype=torch.bfloat16, device=device)
-    _, final_lse = runtime.api.decode(
-        q[:rows].to(device).contiguous(),
-        cache.unsqueeze(2).to(device),  # kv_buffer [num_page, page_size, nhead_kv=1, 576]
-        o,
-        qo_indptr,
-        decode.kv_indptr.to(device=device, dtype=torch.int32),
-        decode.kv_indices.to(device=device, dtype=torch.int32),
-        decode.kv_last_page_lens.to(device=device, dtype=torch.int32),
-        int(call["max_seqlen_qo"]),
-        page_size=decode.page_size,
-        nhead_kv=NUM_KV_HEADS,
-        sm_scale=scale,
-        num_kv_splits=num_kv_splits,
-        work_meta_data=buffers["work_metadata_ptrs"],
-        work_indptr=buffers["work_indptr"],
-        work_info_set=buffers["work_info_set"],
-        reduce_indptr=buffers["reduce_indptr"],
-        reduce_final_map=buffers["reduce_final_map"],
-        reduce_partial_map=buffers["reduce_partial_map"],
-        q_scale=q_scale_t,
-        kv_scale=kv_scale_t,
-        return_lse=wants_lse,
-        causal=decode.causal,
-    )
+    note = f"aiter.mla.mla_decode_fwd ({choice.key}, return_lse={wants_lse})"
+    with native_call(note):
+        _, final_lse = runtime.api.decode(
+            q[:rows].to(device).contiguous(),
+            cache.unsqueeze(2).to(device),  # kv_buffer [num_page, page_size, nhead_kv=1, 576]
+            o,
+            qo_indptr,
+            decode.kv_indptr.to(device=device, dtype=torch.int32),
+            decode.kv_indices.to(device=device, dtype=torch.int32),
+            decode.kv_last_page_lens.to(device=device, dtype=torch.int32),
+            int(call["max_seqlen_qo"]),
+            page_size=decode.page_size,
+            nhead_kv=NUM_KV_HEADS,
+            sm_scale=scale,
+            num_kv_splits=num_kv_splits,
+            work_meta_data=buffers["work_metadata_ptrs"],
+            work_indptr=buffers["work_indptr"],
+            work_info_set=buffers["work_info_set"],
+            reduce_indptr=buffers["reduce_indptr"],
+            reduce_final_map=buffers["reduce_final_map"],
+            reduce_partial_map=buffers["reduce_partial_map"],
+            q_scale=q_scale_t,
+            kv_scale=kv_scale_t,
+            return_lse=wants_lse,
+            causal=decode.causal,
+        )
     out = torch.full((tokens, heads, KV_LORA_RANK), math.nan, dtype=torch.bfloat16, device=device)
     out[:rows] = o
     if not wants_lse:

@@ -27,6 +27,7 @@ LAYERS: tuple[Layer, ...] = (
             "conformance.targets",
             "conformance.rule_table",
             "conformance.applicability",
+            "conformance.native_calls",
         )
     ),
     Layer(
