@@ -110,6 +110,9 @@ def parse_table(text: str, *, arch: str, source: str) -> KernelTable:
         raise ValueError(f"{source}: line 1: no column {', '.join(missing)}")
     rows = []
     for line, record in enumerate(reader, start=2):
+        if None in record or None in record.values():
+            width = len(reader.fieldnames or ())
+            raise ValueError(f"{source}: line {line}: expected {width} fields")
         try:
             values = {c: int(record[c]) for c in (*KEY_COLUMNS[2:], "lse")}
             cprr = int(record.get("cprr") or 0)

@@ -9,8 +9,10 @@ not computed with the model under test.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -34,6 +36,7 @@ from conformance.signoff.model import CaseResult, Outcome
 
 pytestmark = pytest.mark.usefixtures("standin_never_into_reports")
 AiterAbort = sys.modules["mla_selftest_fake_aiter"].AiterAbort
+REPO = Path(__file__).resolve().parents[3]
 NUMERICS = "tests/conformance/test_numerics.py::test_decode_matches_golden"
 MASKING = (
     "tests/conformance/test_masking.py::test_no_token_outside_the_causal_window_reaches_the_output"
@@ -98,6 +101,8 @@ def test_a_malformed_table_is_named_by_line_and_column() -> None:
     with pytest.raises(ValueError, match=r"t\.csv: line 3: Gqa='x' is no integer"):
         parse_table(header + "bf16,bf16,16,1,4,0,1,0,a,a.co\nbf16,bf16,x,1,4,0,1,0,b,b.co\n",
                     arch="gfx942", source="t.csv")  # fmt: skip
+    with pytest.raises(ValueError, match=r"t\.csv: line 2: expected 10 fields"):
+        parse_table(header + "bf16,bf16,16,1,4,0,1,0,a,a.cofp8,fp8\n", arch="x", source="t.csv")
     with pytest.raises(ValueError, match=r"t\.csv: line 1: no column lse"):
         parse_table(
             "qType,kvType,Gqa,ps,qSeqLen,prefill,causal,knl_name\n", arch="x", source="t.csv"
@@ -221,3 +226,30 @@ def test_the_stand_in_aborts_where_aiter_would(rocm, monkeypatch) -> None:
     meta64, q64, cache64 = _fp8_batch(backend, 64)  # the one gfx942 LSE kernel: no abort
     _, lse = backend.decode(q64, cache64, meta64.decode, sm_scale=SM_SCALE)
     assert lse is not None and lse.dtype == torch.float32
+
+
+def test_the_refresh_script_copies_tables_and_names_their_commit(tmp_path, capsys) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "refresh", REPO / "scripts" / "refresh_aiter_tables.py"
+    )
+    assert spec is not None and spec.loader is not None
+    refresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(refresh)
+    source, out = tmp_path / "aiter", tmp_path / "tables"
+    for arch in ("gfx942", "gfx950"):
+        (source / "hsa" / arch / "mla").mkdir(parents=True)
+        text = (TABLES / "hsa" / arch / "mla" / "mla_asm.csv").read_text(encoding="utf-8")
+        if arch == "gfx942":  # a newer AITER: one more LSE kernel
+            text += "\nbf16,bf16,16,1,4,0,1,1,_ZN5aiter_new_lse_psE,new.co\n"
+        (source / "hsa" / arch / "mla" / "mla_asm.csv").write_text(text, encoding="utf-8")
+    assert refresh.main(["--source", str(source), "--commit", "abc123", "--tables", str(out)]) == 0
+    assert (
+        "gfx942 + _ZN5aiter_new_lse_psE (bf16, bf16, 16, True, 4, True)" in capsys.readouterr().out
+    )
+    manifest = json.loads((out / "MANIFEST.json").read_text(encoding="utf-8"))
+    assert manifest["aiter_commit"] == "abc123" and len(manifest["tables"]) == 2
+    (source / "hsa" / "gfx950" / "mla" / "mla_asm.csv").write_text(
+        "qType,kvType\n", encoding="utf-8"
+    )
+    with pytest.raises(ValueError, match="line 1: no column"):
+        refresh.main(["--source", str(source), "--commit", "abc123", "--tables", str(out)])
