@@ -18,25 +18,30 @@ import pytest
 
 from conformance.native_calls import NOTES_ENV, last_native_call
 
-NOTES_KEY = pytest.StashKey[Path]()
+NOTES_KEY = pytest.StashKey[tuple[Path, "str | None"]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """On the controller: a notes directory the workers inherit (they start after this)."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or NOTES_ENV in os.environ:
+    """On a controller (any pytest process but an xdist worker): a notes directory of its own,
+    which its workers inherit (they start after this); an inherited one is restored after."""
+    if hasattr(config, "workerinput"):
         return
     directory = Path(tempfile.mkdtemp(prefix="mla-native-calls-"))
+    config.stash[NOTES_KEY] = (directory, os.environ.get(NOTES_ENV))
     os.environ[NOTES_ENV] = str(directory)
-    config.stash[NOTES_KEY] = directory
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    directory = config.stash.get(NOTES_KEY, None)
-    if directory is not None:
+    directory, inherited = config.stash.get(NOTES_KEY, (None, None))
+    if directory is None:
+        return
+    if inherited is None:
         os.environ.pop(NOTES_ENV, None)
-        for note in directory.glob("native-call-*.txt"):
-            note.unlink(missing_ok=True)
-        directory.rmdir()
+    else:
+        os.environ[NOTES_ENV] = inherited
+    for note in directory.glob("native-call-*.txt"):
+        note.unlink(missing_ok=True)
+    directory.rmdir()
 
 
 @pytest.hookimpl(optionalhook=True)

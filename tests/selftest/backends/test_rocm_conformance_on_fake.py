@@ -29,7 +29,8 @@ def _run(tmp_path: Path, *args: str, **fake: str) -> tuple[subprocess.CompletedP
     junit = tmp_path / "junit" / "rocm.xml"
     env = {**os.environ, **{f"MLA_FAKE_AITER_{k.upper()}": v for k, v in fake.items()}}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), str(REPO)])
-    env.pop("MLA_NATIVE_CALL_NOTES", None)
+    for inherited in ("MLA_NATIVE_CALL_NOTES", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID"):
+        env.pop(inherited, None)  # this process may itself be an xdist worker
     done = subprocess.run(
         [sys.executable, "-m", "pytest", *args, "--backend=rocm", "-p", "fake_aiter_plugin",
          "-p", "no:cacheprovider", f"--junitxml={junit}", "-q", "-rfs"],
