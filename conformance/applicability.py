@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from conformance.aiter_kernels import KernelTable, choose
 
 NOT_APPLICABLE = "not applicable: "
 """How the reason of a test that does not apply to a backend's declaration begins."""
@@ -30,6 +33,11 @@ CASES_PATH = Path(__file__).with_name("goldens") / "cases.json"
 DECLARED_FACTS: tuple[str, ...] = ("plan_format", "q_dtypes", "kv_dtypes", "numerics")
 OPTIONAL_FACTS: tuple[str, ...] = ("dtype_pairs", "page_sizes")
 """Declared only by backends that restrict them; recorded only when declared."""
+LSE_NOT_APPLICABLE = "lse_not_applicable"
+"""The JUnit property of a test whose LSE the suite derives is not comparable (its reason)."""
+PAIR_SHAPE: tuple[int, int, bool] = (16, 4, True)
+"""Heads, query length and causality of the tests run once per dtype pair (the masking batch,
+`conformance.numerics.masking`)."""
 
 
 def dtype_label(dtype: Any) -> str:
@@ -58,12 +66,16 @@ class Declaration:
     page_sizes: tuple[int, ...] | None = None
     """The only page sizes its kernel reads (None: any); the suite re-lays a batch of
     another page size into the first (`conformance.goldens.relayout`)."""
+    kernels: KernelTable | None = field(default=None, compare=False)
+    """The kernel table of the library the backend runs (``Backend.kernel_table()``, AITER's
+    for ``rocm``): a fact of the installed library, so left out of comparisons."""
 
     @classmethod
     def of(cls, backend: Any) -> Declaration:
         """The declaration of a `Backend` instance or class."""
         pairs = getattr(backend, "dtype_pairs", None)
         pages = getattr(backend, "page_sizes", None)
+        tables = None if isinstance(backend, type) else getattr(backend, "kernel_table", None)
         return cls(
             backend=str(backend.name),
             plan_format=backend.plan_format,
@@ -72,6 +84,7 @@ class Declaration:
             numerics=str(backend.numerics),
             dtype_pairs=None if pairs is None else tuple(pair_label(q, kv) for q, kv in pairs),
             page_sizes=None if pages is None else tuple(int(p) for p in pages),
+            kernels=tables() if callable(tables) else None,
         )
 
     @classmethod
@@ -96,6 +109,9 @@ class Declaration:
             isinstance(pages, list) and all(type(x) is int and x > 0 for x in pages)
         ):
             return None
+        kernels = KernelTable.from_json(data.get("kernels"))
+        if kernels is None and data.get("kernels") is not None:
+            return None
         return cls(
             backend,
             plan_format,
@@ -104,11 +120,13 @@ class Declaration:
             numerics,
             None if pairs is None else tuple(pairs),
             None if pages is None else tuple(pages),
+            kernels,
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The declaration as a sidecar records it (the optional facts only when declared)."""
-        facts: dict[str, Any] = {
+        """The declaration as a sidecar records it (the optional facts only when declared,
+        ``kernels`` only where there is a table)."""
+        made: dict[str, Any] = {
             "plan_format": self.plan_format,
             "q_dtypes": list(self.q_dtypes),
             "kv_dtypes": list(self.kv_dtypes),
@@ -117,17 +135,24 @@ class Declaration:
         for name in OPTIONAL_FACTS:
             value = getattr(self, name)
             if value is not None:
-                facts[name] = list(value)
-        return facts
+                made[name] = list(value)
+        if self.kernels is not None:
+            made["kernels"] = self.kernels.to_json()
+        return made
 
     def words(self) -> str:
         """`to_json` in words: ``plan_format=None, q_dtypes=(bf16), kv_dtypes=(bf16), ...``."""
-        return ", ".join(
+        facts = self.to_json()
+        facts.pop("kernels", None)
+        words = [
             f"{name}=({', '.join(map(str, value))})"
             if isinstance(value, list)
             else f"{name}={value}"
-            for name, value in self.to_json().items()
-        )
+            for name, value in facts.items()
+        ]
+        if self.kernels is not None:
+            words.append(f"kernels={self.kernels.source}")
+        return ", ".join(words)
 
 
 @dataclass(frozen=True)
@@ -138,6 +163,9 @@ class CaseFacts:
     q_dtype: str
     kv_dtype: str
     via_builder: bool = True
+    heads: int = PAIR_SHAPE[0]
+    q_len: int = PAIR_SHAPE[1]
+    causal: bool = PAIR_SHAPE[2]
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any]) -> CaseFacts:
@@ -148,6 +176,9 @@ class CaseFacts:
             q_dtype=fp8 if row["q_dtype"] == "fp8" else "bf16",
             kv_dtype=fp8 if row["kv_dtype"] == "fp8" else "bf16",
             via_builder=bool(row.get("via_builder", True)),
+            heads=int(row["heads"]),
+            q_len=int(row["q_len"]),
+            causal=bool(row.get("causal", True)),
         )
 
     @property
@@ -245,14 +276,38 @@ def _cam_case(declaration: Declaration, case: CaseFacts | None) -> str | None:
     )
 
 
+def _kernel_choice(declaration: Declaration, case: CaseFacts):  # -> KernelChoice | None
+    if declaration.kernels is None:
+        return None
+    return choose(
+        declaration.kernels,
+        q_dtype=case.q_dtype,
+        kv_dtype=case.kv_dtype,
+        heads=case.heads,
+        q_len=case.q_len,
+        causal=case.causal,
+    )
+
+
+def _kernel(declaration: Declaration, case: CaseFacts | None) -> str | None:
+    """Why a decode of this case has no kernel in the declared table (None: it has one)."""
+    choice = _kernel_choice(declaration, _known(case))
+    if choice is None or choice.kernel is not None:
+        return None
+    return f"{NOT_APPLICABLE}no {declaration.kernels.arch} kernel: {choice.reason}"  # type: ignore[union-attr]
+
+
 Rule = Callable[[Declaration, "CaseFacts | None"], "str | None"]
 TEST_RULES: Mapping[str, tuple[Rule, ...]] = {
     "test_plan.py": (_plan,),
     "test_plan.py::test_planner_call_replays_with_fp8_dtypes": (_plan, _fp8_case),
-    "test_plan.py::test_decode_is_plan_invariant": (_plan, _cam_case),
-    "test_numerics.py::test_decode_matches_golden": (_dtypes,),
-    "test_numerics.py::test_poisoned_slots_never_reach_the_output": (_dtypes,),
-    "test_masking.py::test_no_token_outside_the_causal_window_reaches_the_output": (_dtypes,),
+    "test_plan.py::test_decode_is_plan_invariant": (_plan, _cam_case, _kernel),
+    "test_numerics.py::test_decode_matches_golden": (_dtypes, _kernel),
+    "test_numerics.py::test_poisoned_slots_never_reach_the_output": (_dtypes, _kernel),
+    "test_masking.py::test_no_token_outside_the_causal_window_reaches_the_output": (
+        _dtypes,
+        _kernel,
+    ),
 }
 """The rules each conformance test (``file::function``, or a whole ``file``) is subject to,
 in the order they are asked; the first that gives a reason decides."""
@@ -290,3 +345,50 @@ def not_applicable(
         if reason is not None:
             return reason
     return None
+
+
+DECODING_TESTS: frozenset[str] = frozenset(
+    name for name, rules in TEST_RULES.items() if _kernel in rules
+)
+"""The tests that decode (``file::function``): those a kernel table can rule out."""
+
+
+def lse_not_comparable(
+    declaration: Declaration, node_id: str, cases: Mapping[str, CaseFacts] | None = None
+) -> str | None:
+    """Why the LSE of the decoding test ``node_id`` is not comparable (None: it is).
+
+    Only a declared kernel table says so: the case's kernel exists but has no LSE variant,
+    so the backend decodes without one. Tests that do not apply have no LSE reason either.
+    """
+    file_name, function, param = split_node_id(node_id)
+    if f"{file_name}::{function}" not in DECODING_TESTS or param is None:
+        return None
+    if declaration.kernels is None or not_applicable(declaration, node_id, cases) is not None:
+        return None
+    table = case_facts_table() if cases is None else cases
+    case = table.get(param) or _pair_facts(param)
+    choice = None if case is None else _kernel_choice(declaration, case)
+    if choice is None or choice.lse_reason is None:
+        return None
+    return f"LSE not comparable on {declaration.kernels.arch}: {choice.lse_reason}"
+
+
+LSE_EXEMPTION: ContextVar[str | None] = ContextVar("lse_exemption", default=None)
+"""The running test's `lse_not_comparable` reason, set by the harness around its call."""
+
+
+def lse_compared(lse: object, what: str) -> bool:
+    """Whether a decode's LSE is to be compared: True when the backend returned one; False
+    when it returned None and the suite derives the LSE is not comparable for this test.
+    An LSE missing anywhere else fails, naming `what`: a backend cannot drop it on its own."""
+    __tracebackhide__ = True
+    if lse is not None:
+        return True
+    reason = LSE_EXEMPTION.get()
+    if reason is None:
+        raise AssertionError(
+            f"{what}: the decode returned no LSE, but the suite derives no reason for that "
+            f"(the declared kernel table has an LSE variant for this case, or none is declared)"
+        )
+    return False

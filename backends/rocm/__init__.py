@@ -15,7 +15,9 @@ for the planner, ``aiter/mla.py`` for ``mla_decode_fwd``):
 - decode: ``aiter.mla.mla_decode_fwd(q, kv_buffer[pages, page, 1, 576], o, qo_indptr,
   kv_indptr, kv_indices, kv_last_page_lens, max_seqlen_qo, page_size=..., nhead_kv=1,
   sm_scale=..., num_kv_splits=None, work_meta_data=..., <the five plan buffers>,
-  q_scale=..., kv_scale=..., return_lse=True, causal=...)`` in persistent mode, with
+  q_scale=..., kv_scale=..., return_lse=<where an LSE kernel exists>, causal=...)`` in
+  persistent mode, after looking the shape up in the installed AITER's kernel table
+  (``hsa/<arch>/mla/mla_asm.csv``; a shape AITER would abort on is refused), with
   ``AITER_MLA_DECODE_PERSISTENT_MAX_BATCH=0`` pinned so that AITER never falls back to its
   non-persistent kernel (AITER #4144); ``o`` is prefilled with NaN.
 
@@ -36,7 +38,9 @@ probe, flag or helper in the module that looks it up (e.g. `backends.rocm.probe`
   `probe_runtime` (availability);
 - `backends.rocm.planner`: `AiterPlanner`, `AiterWorkPlan`, buffer allocation and the
   ``get_mla_metadata_v1`` arguments;
-- `backends.rocm.decode`: `aiter_decode`, the ``mla_decode_fwd`` call;
+- `backends.rocm.kernel_table`: the installed AITER's MLA kernel table, the vendored copies;
+- `backends.rocm.decode`: `aiter_decode`, the ``mla_decode_fwd`` call and the refusal of
+  calls AITER would abort on (`AiterWouldAbort`);
 - `backends.rocm.backend`: `RocmAiterBackend` and its bound builder.
 """
 

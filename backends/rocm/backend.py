@@ -19,6 +19,7 @@ from backends.common import MLACommonBuilder
 from backends.rocm.decode import aiter_decode
 from backends.rocm.planner import AiterPlanner, AiterWorkPlan
 from backends.rocm.probe import SUPPORTED_ARCHS, AiterRuntime, probe_runtime
+from conformance.aiter_kernels import KernelTable
 from conformance.errors import BackendUnavailable
 from conformance.persistent.aiter_check import aiter_plan_matches_reference
 from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
@@ -57,6 +58,13 @@ class RocmAiterBackend(Backend):
     def availability(self) -> Availability:
         probed = self._probed
         return probed if isinstance(probed, Availability) else Availability(True)
+
+    def kernel_table(self) -> KernelTable | None:
+        """The installed AITER's MLA kernel table of the device's arch (None: no AITER here).
+        Part of the declaration (`conformance.applicability.Declaration.kernels`): the suite
+        derives from it which cases have no kernel and where the LSE is not comparable."""
+        probed = self._probed
+        return probed.kernels if isinstance(probed, AiterRuntime) else None
 
     def runtime(self) -> AiterRuntime:
         """The device and AITER API; raises `BackendUnavailable` with the reason."""
@@ -123,12 +131,14 @@ class RocmAiterBackend(Backend):
 
     def decode_scaled(
         self, q: torch.Tensor, kv_cache: torch.Tensor, decode: DecodeMetadata, scales: DecodeScales
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Persistent ``aiter.mla.mla_decode_fwd`` over `decode.plan`.
 
         q ``[T, H, 576]`` and the cache ``[blocks, page, 576]`` in the planned dtypes
         (bf16, or AITER's fp8); returns out ``[T, H, 512]`` bf16 and the natural-log LSE
         ``[T, H]`` fp32, on the device. The output is prefilled with NaN, so rows the
-        kernel does not write show up in any comparison.
+        kernel does not write show up in any comparison. The LSE is None where AITER ships
+        no LSE variant of the kernel (`kernel_table`); a shape with no kernel at all is
+        refused before the call (`backends.rocm.decode.AiterWouldAbort`).
         """
         return aiter_decode(self.runtime(), q, kv_cache, decode, **scales.as_kwargs())

@@ -2,7 +2,11 @@
 
 Converts the suite's layouts, scales and plan buffers to what ``mla_decode_fwd`` takes,
 refuses a plan or gate that would not test the persistent path, and returns out and LSE in
-the suite's layout (rows the kernel does not write stay NaN).
+the suite's layout (rows the kernel does not write stay NaN). Before the call, the shape is
+looked up in the installed AITER's kernel table (`conformance.aiter_kernels.choose`): a shape
+with no kernel, or an LSE asked for where no LSE variant exists, is refused with AITER's
+reason (`AiterWouldAbort`), since AITER's own check would abort the process. The LSE is asked
+for exactly where the table has an LSE variant; elsewhere the decode returns None for it.
 """
 
 from __future__ import annotations
@@ -15,11 +19,43 @@ from backends.base import DecodeMetadata, require_plan
 from backends.rocm.api import KV_LORA_RANK, NUM_KV_HEADS, QK_HEAD_DIM
 from backends.rocm.planner import AiterWorkPlan
 from backends.rocm.probe import AiterRuntime, RocmDevice, _persistent_gate_problem
+from conformance.aiter_kernels import KernelChoice, KernelTable, choose
+from conformance.applicability import dtype_label
 from conformance.errors import BackendUnavailable, PlanError
+from conformance.native_calls import native_call
 from conformance.numerics.fp8 import is_fp8
 from conformance.persistent.aiter_check import pointer_table_problems
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
 from kernels.paged import paged_cache_view
+
+
+class AiterWouldAbort(RuntimeError):
+    """A decode refused before the call: AITER has no kernel for it and would abort."""
+
+
+def kernel_for(
+    table: KernelTable, q: torch.Tensor, kv_cache: torch.Tensor, *, q_len: int, causal: bool
+) -> KernelChoice:
+    """The kernel AITER's persistent decode runs for these inputs (from `table`)."""
+    return choose(
+        table,
+        q_dtype=dtype_label(q.dtype),
+        kv_dtype=dtype_label(kv_cache.dtype),
+        heads=int(q.shape[1]),
+        q_len=q_len,
+        causal=causal,
+    )
+
+
+def refuse_abort(choice: KernelChoice, *, return_lse: bool) -> None:
+    """Raise `AiterWouldAbort` where AITER's kernel lookup would fail for this call."""
+    if choice.kernel is None:
+        raise AiterWouldAbort(f"refused before calling AITER: {choice.reason}")
+    if return_lse and choice.lse_kernel is None:
+        raise AiterWouldAbort(
+            f"refused before calling AITER: return_lse=True, but {choice.lse_reason}; AITER "
+            f"would abort"
+        )
 
 
 def _scale_tensor(value: float, device: torch.device) -> torch.Tensor:
@@ -104,8 +140,11 @@ def aiter_decode(
     sm_scale: float,
     q_scale: float,
     kv_scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One persistent ``mla_decode_fwd`` call; see `RocmAiterBackend.decode`."""
+    return_lse: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One persistent ``mla_decode_fwd`` call; see `RocmAiterBackend.decode`. `return_lse`
+    None asks for the LSE wherever the kernel table has an LSE variant; True or False is
+    passed as it is (and refused where AITER would abort)."""
     require_plan(decode)
     call = decode.planner_call
     if not call:
@@ -135,35 +174,44 @@ def aiter_decode(
         q.dtype, cache.dtype, sm_scale=sm_scale, q_scale=q_scale, kv_scale=kv_scale, device=device
     )
     buffers, num_kv_splits = _kernel_plan_buffers(decode.plan, runtime.device)
-    o = torch.full((rows, heads, KV_LORA_RANK), math.nan, dtype=torch.bfloat16, device=device)
-    _, final_lse = runtime.api.decode(
-        q[:rows].to(device).contiguous(),
-        cache.unsqueeze(2).to(device),  # kv_buffer [num_page, page_size, nhead_kv=1, 576]
-        o,
-        qo_indptr,
-        decode.kv_indptr.to(device=device, dtype=torch.int32),
-        decode.kv_indices.to(device=device, dtype=torch.int32),
-        decode.kv_last_page_lens.to(device=device, dtype=torch.int32),
-        int(call["max_seqlen_qo"]),
-        page_size=decode.page_size,
-        nhead_kv=NUM_KV_HEADS,
-        sm_scale=scale,
-        num_kv_splits=num_kv_splits,
-        work_meta_data=buffers["work_metadata_ptrs"],
-        work_indptr=buffers["work_indptr"],
-        work_info_set=buffers["work_info_set"],
-        reduce_indptr=buffers["reduce_indptr"],
-        reduce_final_map=buffers["reduce_final_map"],
-        reduce_partial_map=buffers["reduce_partial_map"],
-        q_scale=q_scale_t,
-        kv_scale=kv_scale_t,
-        return_lse=True,
-        causal=decode.causal,
+    choice = kernel_for(
+        runtime.kernels, q, cache, q_len=int(call["max_seqlen_qo"]), causal=decode.causal
     )
+    wants_lse = choice.lse_kernel is not None if return_lse is None else return_lse
+    refuse_abort(choice, return_lse=wants_lse)
+    o = torch.full((rows, heads, KV_LORA_RANK), math.nan, dtype=torch.bfloat16, device=device)
+    note = f"aiter.mla.mla_decode_fwd ({choice.key}, return_lse={wants_lse})"
+    with native_call(note):
+        _, final_lse = runtime.api.decode(
+            q[:rows].to(device).contiguous(),
+            cache.unsqueeze(2).to(device),  # kv_buffer [num_page, page_size, nhead_kv=1, 576]
+            o,
+            qo_indptr,
+            decode.kv_indptr.to(device=device, dtype=torch.int32),
+            decode.kv_indices.to(device=device, dtype=torch.int32),
+            decode.kv_last_page_lens.to(device=device, dtype=torch.int32),
+            int(call["max_seqlen_qo"]),
+            page_size=decode.page_size,
+            nhead_kv=NUM_KV_HEADS,
+            sm_scale=scale,
+            num_kv_splits=num_kv_splits,
+            work_meta_data=buffers["work_metadata_ptrs"],
+            work_indptr=buffers["work_indptr"],
+            work_info_set=buffers["work_info_set"],
+            reduce_indptr=buffers["reduce_indptr"],
+            reduce_final_map=buffers["reduce_final_map"],
+            reduce_partial_map=buffers["reduce_partial_map"],
+            q_scale=q_scale_t,
+            kv_scale=kv_scale_t,
+            return_lse=wants_lse,
+            causal=decode.causal,
+        )
+    out = torch.full((tokens, heads, KV_LORA_RANK), math.nan, dtype=torch.bfloat16, device=device)
+    out[:rows] = o
+    if not wants_lse:
+        return out, None
     if final_lse is None:
         raise RuntimeError("aiter.mla.mla_decode_fwd(return_lse=True) returned no LSE")
-    out = torch.full((tokens, heads, KV_LORA_RANK), math.nan, dtype=torch.bfloat16, device=device)
     lse = torch.full((tokens, heads), math.nan, dtype=torch.float32, device=device)
-    out[:rows] = o
     lse[:rows] = final_lse.reshape(rows, heads).to(torch.float32)  # natural log, as ours
     return out, lse

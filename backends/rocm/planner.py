@@ -17,6 +17,7 @@ import torch
 from backends.rocm.api import NUM_KV_HEADS
 from backends.rocm.probe import AiterRuntime
 from conformance.errors import PlanError
+from conformance.native_calls import native_call
 from conformance.numerics.fp8 import is_fp8
 from conformance.persistent.aiter_check import aiter_plan_matches_reference, pointer_table_problems
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
@@ -125,7 +126,8 @@ class AiterPlanner:
             q_dtype=q_dtype,
             kv_dtype=kv_dtype,
         )
-        self.runtime.api.metadata(*args, **kwargs)
+        with native_call(f"aiter.get_mla_metadata_v1 ({num_heads_q} heads)"):
+            self.runtime.api.metadata(*args, **kwargs)
 
         problems = pointer_table_problems(
             buffers["work_metadata_ptrs"],

@@ -2,7 +2,8 @@
 
 `probe_runtime` checks, in order, a ROCm torch, a gfx942/gfx950 device, the gate variable
 (pinned off), an importable ``aiter`` whose API matches `backends.rocm.api`, and agreement
-between the device and AITER on arch, CU count and fp8 flavour. ``aiter`` is imported only
+between the device and AITER on arch, CU count and fp8 flavour, and AITER's MLA kernel table
+(`backends.rocm.kernel_table`). ``aiter`` is imported only
 here, when the backend is probed. The selftests fake a ROCm machine by patching this
 module's `torch_hip_version`, `probe_device` and `ALLOW_STANDIN`.
 """
@@ -29,6 +30,8 @@ from backends.rocm.api import (
     _dtype_keywords,
     _signature_problem,
 )
+from backends.rocm.kernel_table import installed_table
+from conformance.aiter_kernels import KernelTable
 from conformance.numerics.fp8 import fp8_dtype_for_arch
 
 SUPPORTED_ARCHS: tuple[str, ...] = ("gfx942", "gfx950")
@@ -91,6 +94,8 @@ class AiterRuntime:
 
     device: RocmDevice
     api: AiterApi
+    kernels: KernelTable
+    """The installed AITER's MLA kernel table of the device's arch (`kernel_table`)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -246,7 +251,10 @@ def probe_runtime() -> AiterRuntime | Availability:
     api = _resolve_api(*modules, device)
     if isinstance(api, str):
         return Availability(False, api)
-    return AiterRuntime(device=device, api=api)
+    kernels = installed_table(api.arch, api.version)
+    if isinstance(kernels, str):  # without it no decode can be kept from aborting
+        return Availability(False, kernels)
+    return AiterRuntime(device=device, api=api, kernels=kernels)
 
 
 def _persistent_gate_problem(api: AiterApi) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from backends.base import Backend, DecodeMetadata
+from conformance.applicability import lse_compared
 from conformance.goldens.cases import GoldenCase
 from conformance.goldens.record import Golden
 from conformance.goldens.tolerance import lse_tolerance, output_tolerance
@@ -155,13 +156,15 @@ def _over_bound(element: Element, tol: Tolerance) -> float:
 def assert_result_matches(
     *,
     out: torch.Tensor,
-    lse: torch.Tensor,
+    lse: torch.Tensor | None,
     golden: Golden,
     backend: Backend,
     record: Callable[[str, object], None],
     what: str,
-) -> tuple[CompareReport, CompareReport]:
-    """Compare a decode result with the golden; `record` the errors (JUnit properties)."""
+) -> tuple[CompareReport, CompareReport | None]:
+    """Compare a decode result with the golden; `record` the errors (JUnit properties).
+    A None `lse` is compared with nothing where the suite derives it is not comparable
+    (`conformance.applicability.lse_compared`), and fails anywhere else."""
     __tracebackhide__ = True
     case = golden.case
     assert out.dtype in OUTPUT_DTYPES, (
@@ -172,10 +175,13 @@ def assert_result_matches(
     out_report = compare(
         out, golden["out"], tol=out_tol, name=f"{case.id} {what} out", dtype=out.dtype
     )
-    lse_report = compare(
-        lse, golden["lse"], tol=lse_tol, name=f"{case.id} {what} lse", dtype=torch.float32
+    lse_report = (
+        compare(lse, golden["lse"], tol=lse_tol, name=f"{case.id} {what} lse", dtype=torch.float32)
+        if lse_compared(lse, f"case {case.id} {what}")
+        else None
     )
-    for prefix, report in (("out", out_report), ("lse", lse_report)):
+    reports = [("out", out_report)] + ([("lse", lse_report)] if lse_report else [])
+    for prefix, report in reports:
         record(f"{prefix}_max_abs_err", report.max_abs_err)
         record(f"{prefix}_max_rel_err", report.max_rel_err)
         record(f"{prefix}_cos_diff", report.cos_diff)
@@ -191,7 +197,7 @@ def assert_result_matches(
             f"{prefix}_err_over_tol",
             max((_over_bound(e, report.tol) for e in report.worst), default=0.0),
         )
-    failed = [r.message() for r in (out_report, lse_report) if not r.ok]
+    failed = [r.message() for _, r in reports if not r.ok]
     if failed:
         raise AssertionError("\n".join(failed))
     return out_report, lse_report

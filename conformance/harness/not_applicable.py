@@ -15,13 +15,21 @@ from typing import Any
 
 import pytest
 
-from conformance.applicability import NOT_APPLICABLE, Declaration, not_applicable
+from conformance.applicability import (
+    LSE_EXEMPTION,
+    LSE_NOT_APPLICABLE,
+    NOT_APPLICABLE,
+    Declaration,
+    lse_not_comparable,
+    not_applicable,
+)
 from conformance.runs.skip_reasons import CLAIMED_ELSEWHERE as CLAIMED_ELSEWHERE  # re-exported
 from conformance.runs.skip_reasons import claimed_elsewhere
 
 SUITE_PROPERTY: tuple[str, str] = ("not_applicable", "suite")
 """The JUnit testcase property of a not-applicable skip the harness issued."""
 REASON_KEY = pytest.StashKey[str]()
+LSE_REASON_KEY = pytest.StashKey[str]()
 DECLARATION_KEY = pytest.StashKey["Declaration | None"]()
 
 
@@ -51,6 +59,21 @@ def mark(item: pytest.Item, declaration: Declaration) -> None:
     if reason is not None:
         item.add_marker(pytest.mark.skip(reason=reason))
         item.stash[REASON_KEY] = reason
+        return
+    lse = lse_not_comparable(declaration, item.nodeid)
+    if lse is not None:  # the test runs; its LSE is not compared, and the report says why
+        item.stash[LSE_REASON_KEY] = lse
+        item.user_properties.append((LSE_NOT_APPLICABLE, lse))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """Let the test's LSE go uncompared exactly where the suite derives it is not comparable."""
+    token = LSE_EXEMPTION.set(item.stash.get(LSE_REASON_KEY, None))
+    try:
+        return (yield)
+    finally:
+        LSE_EXEMPTION.reset(token)
 
 
 def skip_reason(report: pytest.TestReport) -> str | None:

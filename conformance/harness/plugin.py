@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from conformance.harness import not_applicable
+from conformance.harness import crashes, not_applicable
 from conformance.runs.environment import BACKEND_VARIABLE, DEFAULT_BACKEND
 from conformance.targets import declared
 
@@ -78,6 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[not_applicable.DECLARATION_KEY] = not_applicable.declaration_of(name)
     if not config.pluginmanager.is_registered(not_applicable):
         config.pluginmanager.register(not_applicable, "mla-not-applicable")
+    if not config.pluginmanager.is_registered(crashes):
+        config.pluginmanager.register(crashes, "mla-crashes")  # configure is replayed to it
 
 
 def _availability(name: str) -> Availability:

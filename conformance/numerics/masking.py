@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
+from conformance.applicability import lse_compared
 from conformance.metadata.batch import BatchSpec, make_cam
 from conformance.metadata.record import CommonAttentionMetadata
 from conformance.numerics.fp8 import is_fp8
@@ -207,38 +208,33 @@ def _exact_result(
     return torch.stack(outs), lse
 
 
-def worst_errors(batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor) -> dict[str, float]:
-    """The largest LSE and output errors against the exact result (over every row)."""
+def worst_errors(
+    batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor | None
+) -> dict[str, float]:
+    """The largest LSE and output errors against the exact result (over every row); no LSE
+    error where the decode returned none (`masking_problems` says whether that may be)."""
     out = out.detach().to("cpu", torch.float64)
-    lse = lse.detach().to("cpu", torch.float64)
-    return {
-        "lse_err": float((lse - batch.expected_lse[:, None]).abs().max()),
-        "out_err": float((out - batch.expected_out[:, None, :]).abs().max()),
-    }
+    errors = {"out_err": float((out - batch.expected_out[:, None, :]).abs().max())}
+    if lse is not None:
+        lse = lse.detach().to("cpu", torch.float64)
+        errors["lse_err"] = float((lse - batch.expected_lse[:, None]).abs().max())
+    return errors
 
 
-def masking_problems(batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor) -> list[str]:
-    """One line per query row whose output or LSE shows a token it must not see."""
+def masking_problems(batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor | None) -> list[str]:
+    """One line per query row whose output or LSE shows a token it must not see. A None
+    `lse` checks the output alone where the suite derives the LSE is not comparable
+    (`conformance.applicability.lse_compared`), and fails anywhere else."""
     out = out.detach().to("cpu", torch.float64)
-    lse = lse.detach().to("cpu", torch.float64)
+    lse = lse.detach().to("cpu", torch.float64) if lse_compared(lse, "masking") else None
     problems = []
     for r, (b, i) in enumerate(batch.rows):
         where = (
             f"request {b} query token {i} (kv {SEQ_LENS[b]}, sees the first "
             f"{int(batch.visible[r])} tokens)"
         )
-        got_lse = lse[r]
-        lse_err = float((got_lse - batch.expected_lse[r]).abs().max())
-        if not lse_err <= batch.lse_bound:
-            worst = float(got_lse[(got_lse - batch.expected_lse[r]).abs().argmax()])
-            seen = int(batch.visible[r])
-            fewer = math.log(seen - 1) if seen > 1 else -math.inf
-            problems.append(
-                f"{where}: lse {worst:.4f}, exact ln({seen}) = "
-                f"{float(batch.expected_lse[r]):.4f} (bound ±{batch.lse_bound:.4f}): a leaked "
-                f"sentinel makes it {batch.sentinel_score:.2f} or more, one token hidden too "
-                f"many ln({seen - 1}) = {fewer:.4f}"
-            )
+        if lse is not None:
+            problems += _lse_problems(batch, where, r, lse[r])
         out_err = float((out[r] - batch.expected_out[r]).abs().max())
         if not out_err <= batch.out_bound:
             problems.append(
@@ -247,3 +243,19 @@ def masking_problems(batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor) 
                 f"sentinel value {SENTINEL_VALUE * batch.kv_scale:g})"
             )
     return problems
+
+
+def _lse_problems(batch: MaskingBatch, where: str, r: int, got_lse: torch.Tensor) -> list[str]:
+    """The LSE line of query row `r` (empty when it is within the bound)."""
+    lse_err = float((got_lse - batch.expected_lse[r]).abs().max())
+    if lse_err <= batch.lse_bound:
+        return []
+    worst = float(got_lse[(got_lse - batch.expected_lse[r]).abs().argmax()])
+    seen = int(batch.visible[r])
+    fewer = math.log(seen - 1) if seen > 1 else -math.inf
+    return [
+        f"{where}: lse {worst:.4f}, exact ln({seen}) = "
+        f"{float(batch.expected_lse[r]):.4f} (bound ±{batch.lse_bound:.4f}): a leaked "
+        f"sentinel makes it {batch.sentinel_score:.2f} or more, one token hidden too "
+        f"many ln({seen - 1}) = {fewer:.4f}"
+    ]

@@ -10,6 +10,9 @@
   contradicts the declaration, a declaration nobody can tell) is an unexplained skip that
   names the declaration; `not_applicable_issues` turns them into one issue (SIGN009). So is
   a claim the harness already reworded at run time (`conformance.runs.skip_reasons`).
+- A test that ran with its LSE uncompared carries the property ``lse_not_applicable``; the
+  reason must be exactly the one `conformance.applicability.lse_not_comparable` derives from
+  the declared kernel table, else `lse_not_applicable_issues` blocks it (SIGN009 too).
 - A skip whose reason starts ``backend <name> unavailable:`` is the backend not running here.
 - A skip is *expected* when the backend's expectation file lists it as ``skip:`` (or its reason
   carries the plugin's ``expected skip (...)`` prefix); any other skip is unexplained, and so is
@@ -23,7 +26,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
-from conformance.applicability import NOT_APPLICABLE, Declaration, not_applicable
+from conformance.applicability import (
+    LSE_NOT_APPLICABLE,
+    NOT_APPLICABLE,
+    Declaration,
+    lse_not_comparable,
+    not_applicable,
+)
 from conformance.runs.expectations import (
     EXPECTED_SKIP_PREFIX,
     EXPECTED_XFAIL_PREFIX,
@@ -101,6 +110,35 @@ def not_applicable_issues(cases: Sequence[CaseResult], backend: str) -> list[Iss
             "SIGN009",
             f"{len(claims)} tests reported not applicable that {backend}'s declaration does not "
             f"rule out (first: {first.node_id}: {first.message.removeprefix(UNDERIVED)})",
+        )
+    ]
+
+
+def lse_not_applicable_issues(
+    cases: Sequence[CaseResult], backend: str, declaration: Declaration | None
+) -> list[Issue]:
+    """One SIGN009 issue for the LSE-not-comparable claims the declaration does not derive."""
+    wrong = []
+    for case in cases:
+        claimed = case.properties.get(LSE_NOT_APPLICABLE)
+        if claimed is None:
+            continue
+        try:
+            derived = None if declaration is None else lse_not_comparable(declaration, case.node_id)
+        except LookupError:
+            derived = None
+        if derived != claimed:
+            wrong.append((case, claimed, derived))
+    if not wrong:
+        return []
+    case, claimed, derived = wrong[0]
+    verdict = f"the suite derives {derived!r}" if derived else "the suite derives no such reason"
+    return [
+        Issue(
+            "SIGN009",
+            f"{len(wrong)} tests of {backend} left their LSE uncompared where the declared "
+            f"kernel table does not say so (first: {case.node_id}: the report says "
+            f"{claimed!r}; {verdict})",
         )
     ]
 

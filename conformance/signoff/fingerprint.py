@@ -29,6 +29,7 @@ COMMON_FILES: tuple[str, ...] = (
     "backends/base.py",
     "backends/common.py",
     "conformance/applicability.py",
+    "conformance/aiter_kernels.py",
     "conformance/rule_table.py",
     "conformance/metadata/*.py",
     "conformance/stubs/*.py",

@@ -32,6 +32,7 @@ from conformance.applicability import Declaration
 from conformance.runs.expectations import Expectation
 from conformance.signoff.classify import (
     classify,
+    lse_not_applicable_issues,
     not_applicable_issues,
     stale_expectations,
     unavailable_reason,
@@ -103,6 +104,7 @@ def evaluate_backend(
         *declaration_issues(backend, backend_input.runs, declaration),
         *refused,
         *not_applicable_issues(cases, backend),
+        *lse_not_applicable_issues(cases, backend, declared),
     ]
     known_ids = {case.node_id for case in cases}
     if collected is not None:

@@ -22,7 +22,9 @@ signatures:
   ``work_meta_data``'s pointers, folds heads by ``aiter/mla.py``'s own predicate (not the
   plan's), applies AITER's batch gate (``AITER_MLA_DECODE_PERSISTENT_MAX_BATCH``, read once)
   and computes with `kernels.plan_exec.execute_plan` (AITER's fp8 rule: P rounded to q's fp8
-  dtype).
+  dtype); its kernels are AITER's vendored tables (``aiter.jit.core.AITER_ASM_DIR`` points at
+  them): a lookup AITER would fail raises `AiterAbort` (or really aborts), and
+  ``unscaled_v=True`` is the ROCm/aiter#6732 defect (V not scaled by ``kv_scale``).
 
 Inputs the stand-in does not reproduce raise `StandinLimitation`. Every module carries
 ``__standin__ = True``: the adapter refuses it unless a selftest sets
@@ -44,6 +46,7 @@ from typing import Any
 import pytest
 import torch
 
+from backends.rocm.kernel_table import VENDORED_ASM_DIR
 from conformance.engines.vllm.aiter_standin import MLA_VERSION_V32, PlannerDtypes, standin_module
 from conformance.engines.vllm.aiter_standin import AiterStandin as PlannerStandin
 from conformance.numerics.fp8 import fp8_dtype_for_arch
@@ -53,6 +56,7 @@ from conformance.persistent.planner import _plan
 # The decode half (fake_aiter_decode.py is a helper, not a test module).
 _DECODE = runpy.run_path(str(Path(__file__).with_name("fake_aiter_decode.py")))
 DecodeStandin, StandinLimitation = _DECODE["DecodeStandin"], _DECODE["StandinLimitation"]
+AiterAbort = _DECODE["AiterAbort"]
 GATE_ENV, GATE_DEFAULT = _DECODE["GATE_ENV"], _DECODE["GATE_DEFAULT"]
 STANDIN_VERSION = "0.0.0+selftest-standin"
 
@@ -84,9 +88,12 @@ class AiterStandin(DecodeStandin, PlannerStandin):
         num_cus: int,
         cu_num: int | None = None,
         fp8: torch.dtype | None = None,
+        unscaled_v: bool = False,
+        really_abort: bool = False,
     ) -> None:
         super().__init__(arch, num_cus, fp8_dtype_for_arch(arch) if fp8 is None else fp8)
         self.cu_num = num_cus if cu_num is None else cu_num
+        self.unscaled_v, self.really_abort = unscaled_v, really_abort
         self.decode_paths: list[str] = []
         self.out_of_bounds: list[str] = []
         self._gate: int | None = None
@@ -110,7 +117,8 @@ class AiterStandin(DecodeStandin, PlannerStandin):
             "aiter.jit.utils.chip_info", get_gfx=lambda: self.arch, get_cu_num=lambda: self.cu_num
         )
         utils = standin_module("aiter.jit.utils", chip_info=chip_info)
-        jit = standin_module("aiter.jit", utils=utils)
+        core = standin_module("aiter.jit.core", AITER_ASM_DIR=f"{VENDORED_ASM_DIR}/")
+        jit = standin_module("aiter.jit", utils=utils, core=core)
         mla = standin_module(
             "aiter.mla",
             mla_decode_fwd=self.api(self.mla_decode_fwd),
@@ -122,6 +130,7 @@ class AiterStandin(DecodeStandin, PlannerStandin):
             "aiter.mla": mla,
             "aiter.jit": jit,
             "aiter.jit.utils": utils,
+            "aiter.jit.core": core,
             "aiter.jit.utils.chip_info": chip_info,
         }
 

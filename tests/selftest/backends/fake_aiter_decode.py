@@ -4,7 +4,11 @@
 records ``decode_paths``): it reads the work lists through ``work_meta_data``'s pointers,
 folds heads by ``aiter/mla.py``'s own predicate (not the plan's), applies AITER's batch gate
 (``AITER_MLA_DECODE_PERSISTENT_MAX_BATCH``, read once) and computes with
-`kernels.plan_exec.execute_plan`. A helper, not a test module: fake_aiter.py loads it.
+`kernels.plan_exec.execute_plan`. Its kernels are AITER's own tables (the vendored copies,
+`backends.rocm.kernel_table`): a persistent call whose kernel lookup AITER's ``asm_mla.cu``
+fails — no row, or ``return_lse=True`` with no LSE row — "aborts" (`AiterAbort`, or a real
+``os.abort()`` with ``really_abort``). ``unscaled_v`` models ROCm/aiter#6732 (an fp8 kernel
+that scales K but not V by ``kv_scale``). A helper, not a test module: fake_aiter.py loads it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from typing import Any
 
 import torch
 
+from backends.rocm.kernel_table import vendored_table
+from conformance.aiter_kernels import choose
+from conformance.applicability import dtype_label
 from conformance.persistent.plan import WorkPlan
 from conformance.persistent.planner import plan_persistent_decode
 from kernels.plan_exec import execute_plan
@@ -27,6 +34,11 @@ class StandinLimitation(NotImplementedError):
     """An input whose AITER behaviour the stand-in does not reproduce."""
 
 
+class AiterAbort(BaseException):
+    """Stands for AITER's failed ``AITER_CHECK`` in a ctypes op: the process would abort.
+    A BaseException, so that no ``except Exception`` in the code under test swallows it."""
+
+
 class DecodeStandin:
     """``aiter.mla.mla_decode_fwd`` for one fake device (mixed into `AiterStandin`)."""
 
@@ -35,6 +47,30 @@ class DecodeStandin:
     fp8: torch.dtype
     decode_paths: list[str]
     _gate: int | None
+    unscaled_v: bool
+    really_abort: bool
+
+    def _abort_unless_shipped(
+        self, q: torch.Tensor, kv: torch.Tensor, max_seqlen_q: int, causal: bool, lse: bool
+    ) -> None:
+        """AITER's kernel lookup for a persistent call, over its own table of this arch."""
+        choice = choose(
+            vendored_table(self.arch),
+            q_dtype=dtype_label(q.dtype),
+            kv_dtype=dtype_label(kv.dtype),
+            heads=int(q.shape[1]),
+            q_len=max_seqlen_q,
+            causal=causal,
+        )
+        missing = choice.reason if choice.kernel is None else None
+        if missing is None and lse and choice.lse_kernel is None:
+            missing = f"cannot get heuristic kernel! {choice.key} lse:1"
+        if missing is None:
+            return
+        if self.really_abort:
+            os.write(2, f"aiter stand-in: AITER_CHECK failed: {missing}\n".encode())
+            os.abort()
+        raise AiterAbort(f"AITER_CHECK failed (the process aborts): {missing}")
 
     def _persistent_mla_decode_max_batch(self) -> int:
         """AITER's gate value, read from the environment once (as its lru_cache does)."""
@@ -172,6 +208,7 @@ class DecodeStandin:
                     f"work_indptr/work_info_set {[hex(p) for p in expected]}: the asm kernel "
                     f"reads its work lists through these pointers"
                 )
+            self._abort_unless_shipped(q, kv_buffer, int(max_seqlen_q), causal, return_lse)
             fold = self._kernel_fold(nhead, max_seqlen_q, q.dtype, kv_buffer.dtype)
             buffers = {
                 "work_indptr": work_indptr,
@@ -220,6 +257,7 @@ class DecodeStandin:
             kv_lora_rank=v_head_dim,
         )
         written = ~torch.isnan(result.out).all(dim=-1)
-        o[written] = result.out[written].to(device=o.device, dtype=o.dtype)
+        result_out = result.out / kv_s if self.unscaled_v else result.out  # aiter#6732
+        o[written] = result_out[written].to(device=o.device, dtype=o.dtype)
         logits = result.partial_out.reshape(-1, 1, result.partial_out.shape[1], v_head_dim)
         return logits, (result.lse if return_lse else None)

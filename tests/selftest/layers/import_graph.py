@@ -20,12 +20,14 @@ class Layer:
 # Bottom to top, as README's Layout says. A package may import its own floor's peers only
 # where ``peers`` is set, and any floor below.
 LAYERS: tuple[Layer, ...] = (
+    Layer(("conformance.aiter_kernels",)),  # a vendor's kernel tables, read by applicability
     Layer(
         (
             "conformance.errors",
             "conformance.targets",
             "conformance.rule_table",
             "conformance.applicability",
+            "conformance.native_calls",
         )
     ),
     Layer(
