@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -20,7 +21,7 @@ import torch
 from backends import registry
 from backends.base import DecodeScales
 from backends.cpu import CpuReferenceBackend
-from conformance.goldens import CASES, GoldenStore
+from conformance.goldens import CASES, GoldenError, GoldenStore, golden_from_stored
 from conformance.metadata.dims import DEEPSEEK_V3
 from conformance.numerics.softmax_scale import (
     DEFAULT_SM_SCALE,
@@ -78,11 +79,18 @@ def test_the_goldens_cover_deepseeks_scale_tiny_in_every_dtype_pair() -> None:
 
 
 def test_a_case_naming_an_unknown_scale_is_refused() -> None:
-    from dataclasses import replace
-
     case = next(c for c in CASES if c.id in SCALED)
     assert not case.problems()
     assert any("softmax_scale" in p for p in replace(case, softmax_scale="x").problems())
+
+
+def test_a_golden_whose_scale_differs_from_its_case_is_refused() -> None:
+    stored = GoldenStore().load(sorted(SCALED)[0])
+    golden = golden_from_stored(stored)
+    assert golden.sm_scale == SOFTMAX_SCALES[DSV3] == golden.case.sm_scale
+    wrong = {**stored.meta, "sm_scale": DEFAULT_SM_SCALE}
+    with pytest.raises(GoldenError, match=r"metadata: sm_scale 0\.041666.* differs from the case"):
+        golden_from_stored(replace(stored, meta=wrong))
 
 
 # --------------------------------------------------------------------------------------
