@@ -76,8 +76,9 @@ class GoldenCase:
     causal planner refuses kv < q; with ``page_size > 1`` the v1.2 plan does not depend
     on ``causal`` otherwise) and ``kv_granularity`` overrides the builders'
     ``max(page_size, 16)``. ``softmax_scale`` names the scale the decode receives
-    (`conformance.numerics.softmax_scale`). ``expect`` lists the plan features the case exists for
-    (`conformance.goldens.generate.FEATURES`); generation refuses a golden that lost one.
+    (`conformance.numerics.softmax_scale`). ``expect`` lists the plan features the case
+    exists for (`conformance.goldens.generate.FEATURES`); generation refuses a golden that
+    lost one.
     """
 
     id: str

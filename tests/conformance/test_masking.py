@@ -9,11 +9,10 @@ a single leaked token moves either by many times the derived bound, a token wron
 moves the LSE past its bound; a row whose LSE is exact but whose output is off by the kv
 scale is reported as such, not as a mask fault. Each test decodes the batch at every softmax
 scale the suite passes (1/√576 and DeepSeek-V3's, `conformance.numerics.softmax_scale`): the
-exact result does not depend on it, a mask that hides by a finite bias does. It runs for every
-q and KV dtype pair the backend declares
-(bf16 q over any cache, fp8 q over the same fp8 flavour; fp8 with per-tensor scales
-0.5 and 2), through the backend's own builder and decode; the harness skips the other pairs
-as not applicable (`conformance.applicability`).
+exact result does not depend on it, a mask that hides by a finite bias does. It runs for
+every q and KV dtype pair the backend declares (bf16 q over any cache, fp8 q over the same
+fp8 flavour; fp8 with per-tensor scales 0.5 and 2), through the backend's own builder and
+decode; the harness skips the other pairs as not applicable (`conformance.applicability`).
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from conformance.numerics.masking import (
     HEADS,
     PAGE_SIZE,
     QUERY_LEN,
+    MaskingBatch,
     make_masking_batch,
     masking_problems,
     masking_summary,
@@ -43,6 +43,35 @@ PAIRS = [(q, kv) for q in DTYPES for kv in DTYPES if q == torch.bfloat16 or q ==
 SHOWN = 6
 
 
+def decode_masking_batch(
+    backend: Backend, batch: MaskingBatch, q_dtype: torch.dtype, layer_name: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backend's own builder and decode on the crafted batch."""
+    kv_dtype = batch.kv_cache.dtype
+    config = BuilderConfig(
+        model=DEEPSEEK_R1,
+        num_heads=HEADS,
+        kv_cache=KVCacheSpec(block_size=PAGE_SIZE, dtype=kv_dtype, num_blocks=batch.num_blocks),
+        q_dtype=q_dtype,
+        max_num_seqs=8,
+        max_model_len=1024,
+        decode_threshold=QUERY_LEN,
+        device=str(backend.device),
+    )
+    layer = MLAAttentionLayer(dims=DEEPSEEK_R1.dims, num_heads=HEADS)
+    builder = backend.make_builder(config, [layer_name], {layer_name: layer})
+    meta = builder.build(batch.cam)
+    assert meta.decode is not None, f"the builder produced no decode metadata: {meta}"
+    return backend.decode(
+        batch.q,
+        batch.kv_cache,
+        meta.decode,
+        sm_scale=batch.sm_scale,
+        q_scale=batch.q_scale,
+        kv_scale=batch.kv_scale,
+    )
+
+
 @pytest.mark.parametrize(
     ("q_dtype", "kv_dtype"),
     PAIRS,
@@ -51,32 +80,10 @@ SHOWN = 6
 def test_no_token_outside_the_causal_window_reaches_the_output(
     q_dtype: torch.dtype, kv_dtype: torch.dtype, backend: Backend, layer_name: str, record_errors
 ) -> None:
-    device = backend.device
     failures = []
     for scale_name, sm_scale in SOFTMAX_SCALES.items():
-        batch = make_masking_batch(q_dtype, kv_dtype, device, sm_scale=sm_scale)
-        config = BuilderConfig(
-            model=DEEPSEEK_R1,
-            num_heads=HEADS,
-            kv_cache=KVCacheSpec(block_size=PAGE_SIZE, dtype=kv_dtype, num_blocks=batch.num_blocks),
-            q_dtype=q_dtype,
-            max_num_seqs=8,
-            max_model_len=1024,
-            decode_threshold=QUERY_LEN,
-            device=str(device),
-        )
-        layer = MLAAttentionLayer(dims=DEEPSEEK_R1.dims, num_heads=HEADS)
-        builder = backend.make_builder(config, [layer_name], {layer_name: layer})
-        meta = builder.build(batch.cam)
-        assert meta.decode is not None, f"the builder produced no decode metadata: {meta}"
-        out, lse = backend.decode(
-            batch.q,
-            batch.kv_cache,
-            meta.decode,
-            sm_scale=batch.sm_scale,
-            q_scale=batch.q_scale,
-            kv_scale=batch.kv_scale,
-        )
+        batch = make_masking_batch(q_dtype, kv_dtype, backend.device, sm_scale=sm_scale)
+        out, lse = decode_masking_batch(backend, batch, q_dtype, layer_name)
         prefix = "masking" if scale_name == DEFAULT_SOFTMAX_SCALE else f"masking_{scale_name}"
         for name, value in worst_errors(batch, out, lse).items():
             record_errors(f"{prefix}_{name}", value)
