@@ -73,12 +73,14 @@ def has_test_paths(posargs: Sequence[str], root: Path) -> bool:
 
 
 def worker_args(device_kind: str, posargs: Sequence[str], gpus: int) -> list[str]:
-    """xdist workers: one per core on a CPU device kind, one per GPU on a GPU kind."""
+    """xdist workers: one per core on a CPU device kind, one per GPU on a GPU kind — a worker
+    even for one GPU, so that a vendor library that aborts the process (AITER's missing
+    kernel) takes one test down, reported as its error, not the run (none without a GPU)."""
     if any(arg.startswith(("-n", "--numprocesses")) for arg in posargs):
         return []
     if not DEVICE_KINDS[device_kind].is_gpu:
         return ["-n", "auto"]  # with OMP_NUM_THREADS=1
-    return ["-n", str(gpus)] if gpus > 1 else []
+    return ["-n", str(gpus)] if gpus >= 1 else []
 
 
 def run_target(backend: str, session_target: Target) -> Target:

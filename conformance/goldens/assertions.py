@@ -170,8 +170,9 @@ def assert_result_matches(
     assert out.dtype in OUTPUT_DTYPES, (
         f"case {case.id}: {what} output dtype {out.dtype}, expected one of {OUTPUT_DTYPES}"
     )
-    out_tol = output_tolerance(case.q_torch_dtype, case.kv_torch_dtype, backend.numerics)
-    lse_tol = lse_tolerance(case.q_torch_dtype, case.kv_torch_dtype, backend.numerics)
+    dtypes = (case.q_torch_dtype, case.kv_torch_dtype, backend.numerics)
+    out_tol = output_tolerance(*dtypes, score_rms=case.score_rms)
+    lse_tol = lse_tolerance(*dtypes, score_rms=case.score_rms)
     out_report = compare(
         out, golden["out"], tol=out_tol, name=f"{case.id} {what} out", dtype=out.dtype
     )

@@ -22,13 +22,7 @@ from conformance.errors import ConformanceError, PlanError
 from conformance.goldens.cases import GoldenCase
 from conformance.goldens.features import plan_features
 from conformance.goldens.inputs import Inputs, make_inputs, planner_kwargs
-from conformance.goldens.record import (
-    KV_LORA_RANK,
-    PLAN_SCALARS,
-    SM_SCALE,
-    plans_equal,
-    same_works,
-)
+from conformance.goldens.record import KV_LORA_RANK, PLAN_SCALARS, plans_equal, same_works
 from conformance.goldens.tolerance import (
     GOLDEN_FP32_LSE,
     BoundCheck,
@@ -96,7 +90,7 @@ def _checked_result(
     """The plan replay, required to agree with the fp64 monolithic reference."""
     cache = inputs.cache(case.page_size)
     common: dict[str, Any] = {
-        "sm_scale": SM_SCALE,
+        "sm_scale": case.sm_scale,
         "q_scale": inputs.q_scale,
         "kv_scale": inputs.kv_scale,
         "causal": case.causal,
@@ -122,7 +116,7 @@ def _checked_result(
     )
     if bool(torch.isnan(result.out).any()) or bool(torch.isnan(result.lse).any()):
         raise _fail(case, "the plan replay left NaN in the output or LSE")
-    bound = golden_output_bound(case.q_torch_dtype, case.kv_torch_dtype)
+    bound = golden_output_bound(case.q_torch_dtype, case.kv_torch_dtype, score_rms=case.score_rms)
     out_check = check_bound(result.out, ref_out, bound)
     if not out_check.ok:
         raise _fail(case, f"output disagrees with the fp64 reference: {out_check.problem}")
@@ -180,7 +174,7 @@ def build_golden(case: GoldenCase) -> GoldenData:
         "generator_version": GENERATOR_VERSION,
         "case": case.to_json(),
         "num_blocks": inputs.num_blocks,
-        "sm_scale": SM_SCALE,
+        "sm_scale": case.sm_scale,
         "q_scale": inputs.q_scale,
         "kv_scale": inputs.kv_scale,
         "plan": {

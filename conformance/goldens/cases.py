@@ -1,8 +1,10 @@
 """The golden case table (`cases.json`, one case per line) and its `GoldenCase` record.
 
 Every case is DeepSeek-R1 absorbed MLA (q and cache rows of 576, output rows of 512, one
-kv head, sm_scale 1/√576), decode with the same q length for every request (causal unless
-the case says otherwise). The table covers, on purpose:
+kv head), decode with the same q length for every request (causal unless the case says
+otherwise), at the softmax scale 1/√576 unless the case names another
+(``softmax_scale``, one of `conformance.numerics.softmax_scale.SOFTMAX_SCALES`). The table
+covers, on purpose:
 
 - archs ``gfx942`` (e4m3fnuz), ``gfx950`` (e4m3fn) and ``triton`` (e4m3fn), with the CU/SM
   counts of real parts: MI308X 80, H100 132, MI355X 256, MI300X 304 (AITER sizes the
@@ -19,7 +21,10 @@ the case says otherwise). The table covers, on purpose:
   fires, where a split's first query rows see no kv (page > 1, AITER's short-tail hazard),
   and one batch whose first query row sees no kv at all (kv shorter than q: an all −inf
   reduce group);
-- ``max_split_per_batch`` -1, 1, 16 and 32; batches up to 64.
+- ``max_split_per_batch`` -1, 1, 16 and 32; batches up to 64;
+- two softmax scales: 1/√576, and DeepSeek-V3's 1/√192 × YaRN's mscale² (3.25 times
+  larger) on tiny bf16, bf16-q fp8-cache and fp8 cases, so that a backend that ignores the
+  caller's ``sm_scale`` fails.
 
 Cases marked ``tiny`` (16 or 32 heads, contexts ≤ 64 tokens, batch ≤ 3) are the ones a
 backend with ``tiny_cases_only`` (the Triton interpreter) runs.
@@ -39,6 +44,12 @@ from typing import Any
 import torch
 
 from conformance.numerics.fp8 import fp8_dtype_for_arch
+from conformance.numerics.softmax_scale import (
+    DEFAULT_SOFTMAX_SCALE,
+    SOFTMAX_SCALES,
+    score_rms,
+)
+from conformance.numerics.softmax_scale import softmax_scale as named_scale
 
 DTYPE_NAMES: tuple[str, ...] = ("bf16", "fp8")
 """How the table names dtypes; ``fp8`` is the arch's e4m3 flavour (`fp8_dtype_for_arch`)."""
@@ -64,8 +75,10 @@ class GoldenCase:
     than q); its plan comes from the reference planner with ``plan_causal=False`` (the
     causal planner refuses kv < q; with ``page_size > 1`` the v1.2 plan does not depend
     on ``causal`` otherwise) and ``kv_granularity`` overrides the builders'
-    ``max(page_size, 16)``. ``expect`` lists the plan features the case exists for
-    (`conformance.goldens.generate.FEATURES`); generation refuses a golden that lost one.
+    ``max(page_size, 16)``. ``softmax_scale`` names the scale the decode receives
+    (`conformance.numerics.softmax_scale`). ``expect`` lists the plan features the case
+    exists for (`conformance.goldens.generate.FEATURES`); generation refuses a golden that
+    lost one.
     """
 
     id: str
@@ -88,6 +101,7 @@ class GoldenCase:
     plan_causal: bool = True
     causal: bool = True
     pad_rows: int = 0
+    softmax_scale: str = DEFAULT_SOFTMAX_SCALE
     expect: tuple[str, ...] = ()
     purpose: str = ""
 
@@ -115,6 +129,17 @@ class GoldenCase:
         return self.kv_granularity or get_profile(self.arch).default_kv_granularity(self.page_size)
 
     @property
+    def sm_scale(self) -> float:
+        """The softmax scale the decode of this case receives."""
+        return named_scale(self.softmax_scale)
+
+    @property
+    def score_rms(self) -> float:
+        """RMS of the scores on this case's N(0, 1) q and latent cache (the error model's
+        ``score_rms``): 1 at 1/√576."""
+        return score_rms(self.sm_scale)
+
+    @property
     def fp8_dtype(self) -> torch.dtype:
         """The e4m3 flavour of this case's arch."""
         return fp8_dtype_for_arch(self.arch)
@@ -135,10 +160,14 @@ class GoldenCase:
         return "fp8" in (self.q_dtype, self.kv_dtype)
 
     def to_json(self) -> dict[str, Any]:
-        """The case as JSON-ready data (``seq_lens`` as a list)."""
+        """The case as JSON-ready data (``seq_lens`` as a list). ``softmax_scale`` is left
+        out at its default, so that the goldens made before cases named a scale keep their
+        bytes (their metadata holds the case)."""
         data = asdict(self)
         data["seq_lens"] = list(self.seq_lens)
         data["expect"] = list(self.expect)
+        if self.softmax_scale == DEFAULT_SOFTMAX_SCALE:
+            del data["softmax_scale"]
         return data
 
     @classmethod
@@ -174,6 +203,11 @@ class GoldenCase:
             value = getattr(self, name)
             if getattr(self, name.replace("scale", "dtype")) == "fp8" and value == 1.0:
                 out.append(f"{name}: fp8 goldens use a non-unit scale, found 1.0")
+        if self.softmax_scale not in SOFTMAX_SCALES:
+            out.append(
+                f"softmax_scale: expected one of {sorted(SOFTMAX_SCALES)}, "
+                f"found {self.softmax_scale!r}"
+            )
         if not self.seq_lens:
             out.append("seq_lens: expected at least one request")
         if self.via_builder and any(s < self.q_len for s in self.seq_lens):

@@ -8,7 +8,6 @@ the `WorkPlan`, and a `DecodeMetadata` that feeds the golden plan to any backend
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
@@ -22,12 +21,14 @@ from conformance.goldens.store import GoldenError, GoldenStore, StoredGolden
 from conformance.metadata.batch import BatchSpec, make_cam
 from conformance.metadata.dims import DEEPSEEK_R1
 from conformance.metadata.record import CommonAttentionMetadata
+from conformance.numerics.softmax_scale import DEFAULT_SM_SCALE
 from conformance.persistent.plan import PLAN_BUFFERS, WorkPlan
 from kernels.paged import token_slots
 
 QK_DIM = DEEPSEEK_R1.dims.cache_width  # 576: latent (512) + rope key (64)
 KV_LORA_RANK = DEEPSEEK_R1.dims.kv_lora_rank  # 512: the output row
-SM_SCALE = 1.0 / math.sqrt(QK_DIM)
+SM_SCALE = DEFAULT_SM_SCALE
+"""1/√576, the default softmax scale; a golden's own is `Golden.sm_scale` (its case's)."""
 
 INPUT_TENSORS: tuple[str, ...] = (
     "q",
@@ -132,7 +133,10 @@ class Golden:
     kv_scale = property(
         lambda self: float(self.meta["kv_scale"]), doc="The cache's per-tensor scale (fp32-exact)."
     )
-    sm_scale = property(lambda self: float(self.meta["sm_scale"]), doc="The softmax scale, 1/√576.")
+    sm_scale = property(
+        lambda self: float(self.meta["sm_scale"]),
+        doc="The softmax scale the decode receives (the case's: 1/√576 unless it names another).",
+    )
     num_blocks = property(
         lambda self: int(self.meta["num_blocks"]),
         doc="Blocks of the paged cache (block 0 is the null block; spare blocks stay unused).",
@@ -326,6 +330,16 @@ def golden_from_stored(stored: StoredGolden) -> Golden:
             tensors[name].dtype == torch.int32,
             f"tensor {name!r}: expected torch.int32, found {tensors[name].dtype}",
         )
+    try:
+        sm_scale = case.sm_scale
+    except ValueError as exc:
+        raise GoldenError(path, f"metadata: case {exc}") from None
+    _expect(
+        path,
+        meta["sm_scale"] == sm_scale,
+        f"metadata: sm_scale {meta['sm_scale']!r} differs from the case's "
+        f"{case.softmax_scale} scale {sm_scale!r}",
+    )
     _expect(
         path,
         tensors["seq_lens"].tolist() == list(case.seq_lens),

@@ -20,9 +20,10 @@ multiples of 1/8 in [−1, 1]. All these values are exact in bf16 and both e4m3 
 The margins are derived, not tuned:
 
 - **lse**: a leaked sentinel gives ``lse ≥ S = Q_ROPE · K_ROPE · sm_scale · q_scale ·
-  kv_scale`` (≈ 42.7, against ``ln(V) ≤ ln 64``); a token wrongly hidden lowers it by
-  ``ln(V / (V − 1))``. The bound is half the smallest such change, ``½ ln(V_max / (V_max −
-  1))``; the exact figure's rounding (fp32: ~1e-6) is far below it.
+  kv_scale`` (≈ 42.7 at 1/√576, 138.5 at DeepSeek-V3's scale, against ``ln(V) ≤ ln 64``);
+  a token wrongly hidden lowers it by ``ln(V / (V − 1))``. The bound is half the smallest
+  such change, ``½ ln(V_max / (V_max − 1))``; the exact figure's rounding (fp32: ~1e-6) is
+  far below it.
 - **output**: one leaked sentinel takes weight ``w ≥ 1 − V·e^−S`` and moves the row's output
   in every column to at least ``kv_scale · (w · SENTINEL_VALUE − (1 − w))``; the bound is half
   the smallest distance from there to the exact output (``0.875 · kv_scale`` for the batch
@@ -30,6 +31,17 @@ The margins are derived, not tuned:
   length), while a correct decode's output is off by a few bf16 roundings of values
   ≤ ``8 · kv_scale`` (measured on the ``cpu`` and ``interpret`` backends: at most
   ``0.021 · kv_scale``, and 2.8e-7 on the LSE).
+
+The exact result does not depend on ``sm_scale`` (every visible score is 0), so the batch is
+made at every scale the suite passes (`conformance.numerics.softmax_scale.SOFTMAX_SCALES`):
+a mask whose hiding depends on the scale (a finite bias, say) shows at one of them. A
+wrong ``sm_scale`` itself is the goldens' to catch.
+
+**What a failure shows** (`MaskingProblem.cause`). A row whose LSE is off saw a token it
+must not see, or missed one it must see: the mask (``window``). A row whose LSE is exact
+weighs the right tokens. When every LSE is exact and every row's output is the exact one
+divided (or multiplied) by ``kv_scale``, the decode did not apply the kv scale to its output
+exactly once (``kv-scale``); any other output error is charged to the mask.
 """
 
 from __future__ import annotations
@@ -43,13 +55,14 @@ from conformance.applicability import lse_compared
 from conformance.metadata.batch import BatchSpec, make_cam
 from conformance.metadata.record import CommonAttentionMetadata
 from conformance.numerics.fp8 import is_fp8
+from conformance.numerics.softmax_scale import DEFAULT_SM_SCALE
 
 KV_LORA_RANK = 512
 HEAD_SIZE = 576
 Q_ROPE = 16.0
 K_ROPE = 64.0
 SENTINEL_VALUE = 8.0
-SM_SCALE = 1.0 / math.sqrt(HEAD_SIZE)
+SM_SCALE = DEFAULT_SM_SCALE
 FP8_Q_SCALE = 0.5
 FP8_KV_SCALE = 2.0
 # Requests (kv lengths) of 4 query tokens each, pages of 16 tokens: a last page with 5 of
@@ -129,9 +142,10 @@ def make_masking_batch(
     device: torch.device | str = "cpu",
     *,
     page_size: int = PAGE_SIZE,
+    sm_scale: float = SM_SCALE,
 ) -> MaskingBatch:
     """The crafted causal batch in these dtypes (fp8: per-tensor scales 0.5 and 2), in
-    pages of `page_size` tokens."""
+    pages of `page_size` tokens, decoded at `sm_scale`."""
     n = QUERY_LEN
     spec = BatchSpec(SEQ_LENS, (n,) * len(SEQ_LENS), "masking")
     pages = sum(-(-s // page_size) for s in SEQ_LENS)
@@ -175,7 +189,7 @@ def make_masking_batch(
         cam=cam,
         q=q.float().to(q_dtype).to(device),
         kv_cache=kv.float().to(kv_dtype).to(device),
-        sm_scale=SM_SCALE,
+        sm_scale=sm_scale,
         q_scale=q_scale,
         kv_scale=kv_scale,
         visible=torch.tensor(visible),
@@ -221,12 +235,46 @@ def worst_errors(
     return errors
 
 
-def masking_problems(batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor | None) -> list[str]:
-    """One line per query row whose output or LSE shows a token it must not see. A None
+WINDOW = "window"
+"""Cause of a row that saw a token it must not see, or missed one it must see."""
+KV_SCALE = "kv-scale"
+"""Cause of a row that weighs the right tokens but scales its output wrongly by kv_scale."""
+_KV_SCALE_SLIPS: tuple[tuple[str, int], ...] = (("not applied to", -1), ("applied twice to", 1))
+"""How an output can be off by the kv scale: the exact output times ``kv_scale ** power``."""
+
+
+@dataclass(frozen=True)
+class MaskingProblem:
+    """One query row's problem: what it shows (`WINDOW` or `KV_SCALE`) and the line."""
+
+    cause: str
+    text: str
+
+
+def _kv_scale_slip(batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor | None) -> str | None:
+    """How the kv scale was misapplied, if that explains the whole result: every LSE exact
+    (where compared) and every row's output within the bound of the exact one times
+    ``kv_scale ** ±1``."""
+    if batch.kv_scale == 1.0:
+        return None
+    if lse is not None and float((lse - batch.expected_lse[:, None]).abs().max()) > batch.lse_bound:
+        return None
+    for what, power in _KV_SCALE_SLIPS:
+        slipped = batch.expected_out[:, None, :] * batch.kv_scale**power
+        if float((out - slipped).abs().max()) <= batch.out_bound:
+            return what
+    return None
+
+
+def masking_problems(
+    batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor | None
+) -> list[MaskingProblem]:
+    """One problem per query row whose LSE or output is off, with its likely cause. A None
     `lse` checks the output alone where the suite derives the LSE is not comparable
     (`conformance.applicability.lse_compared`), and fails anywhere else."""
     out = out.detach().to("cpu", torch.float64)
     lse = lse.detach().to("cpu", torch.float64) if lse_compared(lse, "masking") else None
+    slip = _kv_scale_slip(batch, out, lse)
     problems = []
     for r, (b, i) in enumerate(batch.rows):
         where = (
@@ -236,16 +284,32 @@ def masking_problems(batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor |
         if lse is not None:
             problems += _lse_problems(batch, where, r, lse[r])
         out_err = float((out[r] - batch.expected_out[r]).abs().max())
-        if not out_err <= batch.out_bound:
+        if out_err <= batch.out_bound:
+            continue
+        if slip is not None:
             problems.append(
+                MaskingProblem(
+                    KV_SCALE,
+                    f"{where}: output off the mean of its visible values times kv_scale by "
+                    f"{out_err:.3f} (bound {batch.out_bound:.3f}) while its lse is exact: the "
+                    f"kv scale ({batch.kv_scale:g}) was {slip} the output",
+                )
+            )
+            continue
+        problems.append(
+            MaskingProblem(
+                WINDOW,
                 f"{where}: output off the mean of its visible values by {out_err:.3f} "
                 f"(bound {batch.out_bound:.3f}, half of what one leaked sentinel moves it; "
-                f"sentinel value {SENTINEL_VALUE * batch.kv_scale:g})"
+                f"sentinel value {SENTINEL_VALUE * batch.kv_scale:g})",
             )
+        )
     return problems
 
 
-def _lse_problems(batch: MaskingBatch, where: str, r: int, got_lse: torch.Tensor) -> list[str]:
+def _lse_problems(
+    batch: MaskingBatch, where: str, r: int, got_lse: torch.Tensor
+) -> list[MaskingProblem]:
     """The LSE line of query row `r` (empty when it is within the bound)."""
     lse_err = float((got_lse - batch.expected_lse[r]).abs().max())
     if lse_err <= batch.lse_bound:
@@ -254,8 +318,29 @@ def _lse_problems(batch: MaskingBatch, where: str, r: int, got_lse: torch.Tensor
     seen = int(batch.visible[r])
     fewer = math.log(seen - 1) if seen > 1 else -math.inf
     return [
-        f"{where}: lse {worst:.4f}, exact ln({seen}) = "
-        f"{float(batch.expected_lse[r]):.4f} (bound ±{batch.lse_bound:.4f}): a leaked "
-        f"sentinel makes it {batch.sentinel_score:.2f} or more, one token hidden too "
-        f"many ln({seen - 1}) = {fewer:.4f}"
+        MaskingProblem(
+            WINDOW,
+            f"{where}: lse {worst:.4f}, exact ln({seen}) = "
+            f"{float(batch.expected_lse[r]):.4f} (bound ±{batch.lse_bound:.4f}): a leaked "
+            f"sentinel makes it {batch.sentinel_score:.2f} or more, one token hidden too "
+            f"many ln({seen - 1}) = {fewer:.4f}",
+        )
     ]
+
+
+def masking_summary(batch: MaskingBatch, problems: list[MaskingProblem]) -> str:
+    """What the problems show, in one sentence: the mask, the kv scale, or both."""
+    causes = {p.cause for p in problems}
+    parts = []
+    if WINDOW in causes:
+        parts.append(
+            "the decode let a token outside a row's causal window, or past its sequence's "
+            "end, into the softmax (or hid one it must see)"
+        )
+    if KV_SCALE in causes:
+        parts.append(
+            f"the decode weighs the right tokens but does not multiply its output by "
+            f"kv_scale ({batch.kv_scale:g}) exactly once (the output is the softmax-weighted "
+            f"sum of V times kv_scale)"
+        )
+    return "; and ".join(parts)

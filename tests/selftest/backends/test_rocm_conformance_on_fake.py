@@ -17,6 +17,7 @@ import pytest
 from defusedxml import ElementTree
 
 from conformance.applicability import LSE_NOT_APPLICABLE, NOT_APPLICABLE
+from conformance.goldens import CASES
 
 pytestmark = pytest.mark.usefixtures("standin_never_into_reports")
 REPO = Path(__file__).resolve().parents[3]
@@ -47,7 +48,7 @@ def _properties(case) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     ("arch", "num_cus", "passed", "not_applicable", "lse_uncompared"),
-    [("gfx942", "80", 263, 26, 41), ("gfx950", "256", 273, 21, 14)],
+    [("gfx942", "80", 270, 28, 46), ("gfx950", "256", 280, 23, 17)],
 )
 def test_every_case_passes_or_is_not_applicable_with_aiter_s_reason(
     tmp_path, arch, num_cus, passed, not_applicable, lse_uncompared
@@ -70,15 +71,9 @@ def test_negative_control_aiter_6732_v_not_scaled_fails_the_numerics_contract(tm
     done, cases = _run(tmp_path, NUMERICS, "-k", "decode_matches", unscaled_v="1")
     failed = {name for name, case in cases.items() if case.find("failure") is not None}
     fp8_cache = {  # the gfx942 cases with an fp8 cache (kv_scale != 1): V is off by kv_scale
-        "tiny-gfx942-h16-bf16q-fp8kv-q1-p1-cu80",
-        "gfx942-h16-fp8-q1-p1-cu304-b64",
-        "gfx942-h16-fp8-q4-p16-cu80-masked-split",
-        "gfx942-h128-fp8-q2-p1-cu304",
-        "gfx942-h48-bf16q-fp8kv-q2-p1-cu80",
-        "gfx942-h32-fp8-q4-p16-cu80-msb16",
-        "gfx942-h128-bf16q-fp8kv-q1-p64-cu304",
-        "gfx942-h16-bf16q-fp8kv-q4-p2-cu80-kv-lt-q",
+        case.id for case in CASES if case.arch == "gfx942" and case.kv_dtype == "fp8"
     }
+    assert len(fp8_cache) >= 8
     assert failed == {f"test_decode_matches_golden[{case}]" for case in fp8_cache}, done.stdout
     failure = cases["test_decode_matches_golden[gfx942-h16-fp8-q1-p1-cu304-b64]"].find("failure")
     assert "gfx942-h16-fp8-q1-p1-cu304-b64 decode (golden plan fed) out: MISMATCH" in failure.text

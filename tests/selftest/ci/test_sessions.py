@@ -51,7 +51,8 @@ def test_test_paths_are_told_from_option_values() -> None:
 def test_workers_follow_the_backend_unless_given() -> None:
     assert sessions.worker_args("cpu", [], 1) == ["-n", "auto"]
     assert sessions.worker_args("cuda", [], 4) == ["-n", "4"]
-    assert sessions.worker_args("cuda", [], 1) == []
+    assert sessions.worker_args("cuda", [], 1) == ["-n", "1"]  # an abort takes one test down
+    assert sessions.worker_args("rocm", [], 0) == []
     assert sessions.worker_args("cpu", ["-n", "1"], 1) == []
 
 

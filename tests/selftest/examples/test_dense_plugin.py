@@ -10,6 +10,7 @@ and the error figures.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -137,6 +138,21 @@ def test_the_example_without_its_kv_scale_fails(pytester, monkeypatch, example) 
     fp8_kv = {c.id for c in _cases() if c.kv_dtype == "fp8"}
     assert _failed(result) == fp8_kv
     case = sorted(fp8_kv)[0]
+    result.stdout.fnmatch_lines([f"*{case} decode (*) out: MISMATCH*", "*max abs err *"])
+
+
+def test_the_example_with_its_own_softmax_scale_fails(pytester, monkeypatch, example) -> None:
+    class OwnScale(example.DenseTorchBackend):
+        name: ClassVar[str] = "dense-own-scale"
+
+        def decode_scaled(self, q, kv_cache, decode, scales):
+            own = DecodeScales(1.0 / math.sqrt(q.shape[-1]), scales.q_scale, scales.kv_scale)
+            return super().decode_scaled(q, kv_cache, decode, own)
+
+    result = _run_broken(pytester, monkeypatch, OwnScale())
+    other_scale = {c.id for c in _cases() if c.sm_scale != 1.0 / math.sqrt(576)}
+    assert other_scale and _failed(result) == other_scale
+    case = sorted(other_scale)[0]
     result.stdout.fnmatch_lines([f"*{case} decode (*) out: MISMATCH*", "*max abs err *"])
 
 

@@ -3,9 +3,11 @@ padded-row message of the numerics contract.
 
 A plug-in-like backend written the way docs/plugins.md describes (plan-free, request by
 request from the CSR lists, fp32) passes both; broken variants of it — a causal mask one
-token too wide or too narrow, a sequence length read as whole pages, a loop over
-`num_decodes` instead of `num_requests` — and the CPU reference with the same faults
-patched into its plan executor must fail, naming what went wrong.
+token too wide or too narrow, a sequence length read as whole pages, a mask by a finite
+bias that hides at 1/√576 but not at DeepSeek-V3's scale, a dropped kv scale (named as
+such, not as a mask fault), a loop over `num_decodes` instead of `num_requests` — and the
+CPU reference with the same faults patched into its plan executor must fail, naming what
+went wrong.
 """
 
 from __future__ import annotations
@@ -77,15 +79,21 @@ class CsrPluginBackend(Backend):
             visible = torch.full((n,), length)
             if decode.causal:
                 visible = length - n + 1 + torch.arange(n) + self.mask_shift
-            out[q0:q1], lse[q0:q1] = attend_rows(
-                q[q0:q1].float(),
-                kv,
-                visible=visible.clamp(0, length),
-                scale=scales.sm_scale * scales.q_scale * scales.kv_scale,
-                v_scale=scales.kv_scale,
-                kv_lora_rank=512,
-            )
+            out[q0:q1], lse[q0:q1] = self.attend(q[q0:q1].float(), kv, visible, scales)
         return out.to(torch.bfloat16), lse
+
+    def attend(
+        self, q: torch.Tensor, kv: torch.Tensor, visible: torch.Tensor, scales: DecodeScales
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``[n, H, 576]`` over ``[L, 576]`` tokens, row r seeing the first visible[r]."""
+        return attend_rows(
+            q,
+            kv,
+            visible=visible.clamp(0, kv.shape[0]),
+            scale=scales.sm_scale * scales.q_scale * scales.kv_scale,
+            v_scale=scales.kv_scale,
+            kv_lora_rank=512,
+        )
 
     def builder_cls(self) -> type[MetadataBuilder]:
         return PlanFreeBuilder
@@ -119,6 +127,36 @@ class ReadsWholePages(CsrPluginBackend):
 
     def length(self, decode: DecodeMetadata, request: int, pages: int) -> int:
         return pages * decode.page_size
+
+
+class MasksByFiniteBias(CsrPluginBackend):
+    """BROKEN: hides tokens by adding a finite bias to their scores, sized for 1/√576.
+
+    The crafted sentinels score 42.7 (85.3 over the e4m3 cache, kv_scale 2) at 1/√576 and
+    138.48 or more at DeepSeek-V3's scale: a bias of -115 hides them at the first scale only.
+    """
+
+    name: ClassVar[str] = "masks_by_finite_bias"
+    bias: ClassVar[float] = -115.0
+
+    def attend(self, q, kv, visible, scales):
+        scale = scales.sm_scale * scales.q_scale * scales.kv_scale
+        scores = torch.einsum("nhd,ld->nhl", q, kv.float()) * scale
+        hidden = torch.arange(kv.shape[0])[None, :] >= visible[:, None]
+        scores = scores + self.bias * hidden[:, None, :]
+        lse = torch.logsumexp(scores, dim=-1)
+        weights = torch.exp(scores - lse[..., None])
+        out = torch.einsum("nhl,ld->nhd", weights, kv[:, :512].float()) * scales.kv_scale
+        return out, lse
+
+
+class DropsKvScale(CsrPluginBackend):
+    """BROKEN: decodes as if the cache's per-tensor scale were 1 (scores and output)."""
+
+    name: ClassVar[str] = "drops_kv_scale"
+
+    def attend(self, q, kv, visible, scales):
+        return super().attend(q, kv, visible, DecodeScales(scales.sm_scale, scales.q_scale))
 
 
 class LoopsOverDecodeRows(CsrPluginBackend):
@@ -178,6 +216,38 @@ def test_a_broken_mask_fails_the_masking_check(pytester, monkeypatch, broken, sa
         ],
         consecutive=False,
     )
+
+
+def test_a_mask_that_hides_only_at_one_softmax_scale_fails(pytester, monkeypatch):
+    use_backend(monkeypatch, MasksByFiniteBias())
+    result = run(pytester, MasksByFiniteBias.name, "-k", "masking")
+    assert failed(result, MASKING_TEST) == PAIRS
+    result.stdout.fnmatch_lines(
+        [
+            "*sm_scale 0.135234 (deepseek-v3), q bf16, kv bf16: * problem(s) in 12 query rows: "
+            "the decode let a token outside a row's causal window*",
+            "*a leaked sentinel makes it 138.48 or more*",
+        ],
+        consecutive=False,
+    )
+    assert not [line for line in result.outlines if "(absorbed-576)" in line]
+
+
+def test_a_dropped_kv_scale_is_named_not_blamed_on_the_mask(pytester, monkeypatch):
+    use_backend(monkeypatch, DropsKvScale())
+    result = run(pytester, DropsKvScale.name, "-k", "masking")
+    assert failed(result, MASKING_TEST) == PAIRS - {"q-bf16-kv-bf16"}  # bf16: kv_scale is 1
+    result.stdout.fnmatch_lines(
+        [
+            "*(absorbed-576), q bf16, kv e4m3fn: * problem(s) in 12 query rows: the decode "
+            "weighs the right tokens but does not multiply its output by kv_scale (2) exactly "
+            "once*",
+            "*request * query token *while its lse is exact: the kv scale (2) was not applied "
+            "to the output",
+        ],
+        consecutive=False,
+    )
+    assert not [line for line in result.outlines if "causal window" in line]
 
 
 def test_a_loop_over_decode_rows_is_told_about_padded_rows(pytester, monkeypatch):
