@@ -249,7 +249,7 @@ def stub_attributes(index: Index, module: str, facts: dict[str, Any]) -> list[tu
     for shape in facts["stores"]:
         attrs = set(shape["attrs"])
         if shape["kind"] != "mapping":
-            target = index.resolve_dotted(module, shape["cls"])
+            target = index.resolve_scoped(module, shape["q"], shape["cls"])
             if target is None or target.kind != "class":
                 continue
             attrs |= index.attributes(target, instance=shape["kind"] == "instance")[0]

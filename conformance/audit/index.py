@@ -182,6 +182,29 @@ class Index:
         member = info["members"].get(part)
         return self.resolve_absolute(member) if member else None
 
+    def resolve_scoped(self, module: str, scope: str, ref: str) -> Target | None:
+        """`ref` as seen from inside the function or class `scope` (a qualname) of `module`:
+        a class defined in that function or an enclosing one (``f.<locals>.Stub``) first,
+        then the module's top-level names."""
+        classes = (self.module_facts(module) or {}).get("classes", {})
+        first, _, rest = ref.partition(".")
+        parts = scope.split(".") if scope and scope != "<module>" else []
+        while parts:
+            head = ".".join(parts)
+            for candidate in (f"{head}.<locals>.{first}", f"{head}.{first}"):
+                if candidate in classes and candidate != scope:
+                    current: Target | None = Target("class", module, candidate)
+                    for part in rest.split(".") if rest else []:
+                        step = self._step(current, part, 0) if current else None
+                        if step is None:
+                            return current
+                        current = step
+                    return current
+            parts.pop()
+            if parts and parts[-1] == "<locals>":
+                parts.pop()
+        return self.resolve_dotted(module, ref)
+
     def resolve_absolute(self, dotted_path: str) -> Target | None:
         """A fully qualified ``pkg.mod.Name`` (string members, registry entries)."""
         parts = dotted_path.split(".")
@@ -204,7 +227,12 @@ class Index:
         info = self.class_facts(target)
         if info is None:
             return []
-        return [(b, self.resolve_dotted(target.module, b) if b else None) for b in info["bases"]]
+        outer = target.name.rpartition(".")[0]
+        if outer.endswith(".<locals>"):
+            outer = outer[: -len(".<locals>")]
+        return [
+            (b, self.resolve_scoped(target.module, outer, b) if b else None) for b in info["bases"]
+        ]
 
     def is_subclass(
         self, target: Target, base_name: str, seen: frozenset[str] = frozenset()

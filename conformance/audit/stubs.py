@@ -115,7 +115,7 @@ class StubJudge:
         """(class, attributes, why unknown) of a layer stub; None when not a stub."""
         if shape["kind"] == "mapping":
             return None, set(shape["attrs"]), None
-        target = self.index.resolve_dotted(module, shape["cls"])
+        target = self.index.resolve_scoped(module, shape["q"], shape["cls"])
         if target is None or target.kind != "class":
             return None  # a factory, a mock, a class outside the tree: not audited
         defined_in = self.index.modules.get(target.module)
@@ -288,7 +288,7 @@ class StubJudge:
     def _standin(self, number: int, module: str, shape: dict) -> list[Finding]:
         if shape["init"] or shape["var"] is None or shape.get("dynamic"):
             return []  # initialised, unused, or given attributes under computed names
-        target = self.index.resolve_dotted(module, shape["cls"])
+        target = self.index.resolve_scoped(module, shape["q"], shape["cls"])
         if target is None or target.kind != "class":
             return []
         class_level, unknown = self.index.attributes(target, instance=False)
