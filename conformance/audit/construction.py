@@ -20,11 +20,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from conformance.audit.choice import RunTimeChoice, picked
 from conformance.audit.definition import CamDefinition
 from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
 from conformance.audit.measured import Measured, site_kinds
-from conformance.audit.reach import ScopeGraph, definer, families, reached_from, run_time_reason
+from conformance.audit.reach import ScopeGraph, definer, reached_from
 from conformance.audit.transforms import callers, transformation, transformation_needs
 from conformance.audit.usage import CAM_NAME, PREFILL_ONLY
 
@@ -158,6 +159,11 @@ def audit_sites(index: Index, defs: Definitions, measured: Measured | None = Non
     return findings
 
 
+def _entry(consumer: str) -> bool:
+    """``Builder.build``: named first in messages (the method the engine calls)."""
+    return consumer.split(" (", 1)[0].endswith(".build")
+
+
 def _field(need: str) -> str:
     return need.split(PREFILL_ONLY, 1)[0]
 
@@ -181,6 +187,9 @@ def site_needs(
     left out for a decode-only site (`decode_only`)."""
     decodes = decode_only(facts, qualname)
     table, reasons = _site_table(index, module, facts, qualname, measured, site_kinds(decodes))
+    for reason in reasons.values():
+        if isinstance(reason, RunTimeChoice):
+            reason.decodes = decodes
     if decodes and any(PREFILL_ONLY in f for fields in table.values() for f in fields):
         reasons["*"] = (
             "its batches are decodes (it sets up speculative decoding), so reads on the "
@@ -221,24 +230,22 @@ def _site_table(
                     table.setdefault(f"{owner.name}.{method}", []).append(field)
         note(one.how)
     runtime = [r for r in reached if r.runtime]
-    stubs = stub_attributes(index, module, facts) if runtime else []
-    for base, count in families(index, runtime, "cam"):
-        every = count == len(runtime)
-        read = {
-            p.split(".")[0]
-            for reads in index.class_facts(base)["layer"].values()
-            for p, *_ in reads
-        }  # type: ignore[index]
-        written_for = [line for line, attrs in stubs if attrs & read]
-        if not (every or written_for):
-            continue  # needed by some candidates only, and nothing here is written for them
-        if not (measured and measured.field_needs(base, kinds, table, exact=every)):
-            for method, fields in index.class_facts(base)["cam"].items():  # type: ignore[index]
-                table.setdefault(f"{base.name}.{method}", []).extend(fields)
-        reason = run_time_reason(base, count, runtime, "consumers")
-        if not every:
-            reason += f"; the layer stub at line {written_for[0]} is written for it"
-        note(reason)
+    if runtime:
+        stubs = stub_attributes(index, module, facts)
+        candidates, line = picked(index, runtime, stubs)
+        stub = None if line is None else f"its layer stub at line {line}"
+        choice = RunTimeChoice(runtime, len(candidates), stub, "consumers")
+        for candidate in candidates:
+            own: dict[str, list[str]] = {}
+            if not (measured and measured.field_needs(candidate.target, kinds, own, exact=True)):
+                for method, fields in index.by_method(candidate.target, "cam").items():
+                    for field in fields:
+                        owner = definer(index, candidate.target, method, "cam", _field(field))
+                        own.setdefault(f"{owner.name}.{method}", []).append(field)
+            for consumer, fields in own.items():
+                table.setdefault(consumer, []).extend(fields)
+                reasons.setdefault(consumer, choice)  # type: ignore[arg-type]
+            choice.add(candidate, (f for fields in own.values() for f in fields))
     return table, reasons
 
 
@@ -268,14 +275,21 @@ def check_site(
     where = f"{CAM_NAME}(...) in {site.qualname}"
     given = set(site.passed)
     by_field: dict[str, str] = {}
-    for consumer, fields in sorted(table.items()):
+    for consumer, fields in sorted(table.items(), key=lambda kv: (not _entry(kv[0]), kv[0])):
         for name in fields:
             if name in definition.fields and name not in definition.required:
                 by_field.setdefault(name, consumer)
     if isinstance(reasons, Mapping):  # the reasons of the consumers a finding names
         lacking = [n for n in definition.fields if n not in given or n in site.passed_none]
         named = {by_field[n] for n in lacking if n in by_field}
-        reasons = list(dict.fromkeys(v for k, v in reasons.items() if k in named or k == "*"))
+        missing = {n for n in lacking if n in by_field}
+        reasons = list(
+            dict.fromkeys(
+                v.why(missing) if isinstance(v, RunTimeChoice) else v
+                for k, v in reasons.items()
+                if k in named or k == "*"
+            )
+        )
     reached = f"; reached: {'; '.join(reasons)}" if reasons else ""
     findings: list[Finding] = []
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from conformance.audit.handoffs import method_table
 from conformance.audit.loader import load_one
 from conformance.audit.tree import FileEntry, module_names
 
@@ -132,6 +133,12 @@ class Index:
                 if found is not None:
                     return found
         return None
+
+    def import_base(self, module: str, level: int, source: str) -> str:
+        """The module ``from <level dots><source> import ...`` in `module` names."""
+        return (self._script_sibling(module, source) if level == 0 else None) or (
+            self._absolute(module, level, source)
+        )
 
     def _script_sibling(self, module: str, source: str) -> str | None:
         """The module a script-style import (``from common import X`` in a script run with
@@ -300,6 +307,8 @@ class Index:
                     result.setdefault(name, value)
                 elif name in own["super"]:
                     result[name] = [*result.get(name, []), *value]
+        if table == "cam":  # what the helpers its methods hand the record to need
+            method_table(self, target, info, result)
         self._methods[memo] = result
         return result
 
