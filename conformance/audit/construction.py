@@ -6,12 +6,13 @@ callee resolves to another class of the tree is not one. It is checked against t
 definition it resolves to (else the tree's first), and against the record's *consumers*:
 functions and builder methods taking the record (a ``CommonAttentionMetadata``-annotated
 or ``common_attn_metadata`` parameter) and dereferencing or asserting a field
-(`usage.consumer_needs`). A field with a default is needed only when a consumer the site
-reaches (`reach`) needs it; for a run-time choice among a registry's builders, only when
-every candidate needs it; for a decode-only site, not when it is read on the prefill path
-only. A transformation of the record (`transforms`) is judged against every builder's
-``build``. A site that reaches no consumer is checked for the required fields only
-(nothing is guessed).
+(`usage.consumer_needs`), also through the helpers they hand it to (`handoffs`). A field
+with a default is needed only when a consumer the site reaches (`reach`) needs it; for a
+run-time choice among a registry's builders, when any candidate the site can pick needs it
+(`choice`); for a decode-only site, not when it is read on the prefill path only. A
+transformation of the record (`transforms`) is judged against the consumers its result
+reaches (`receivers`). A site that reaches no consumer is checked for the required fields
+only (nothing is guessed).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
 from conformance.audit.measured import Measured, site_kinds
 from conformance.audit.reach import ScopeGraph, definer, reached_from
-from conformance.audit.transforms import callers, transformation, transformation_needs
+from conformance.audit.receivers import transformation_receivers
+from conformance.audit.transforms import callers, transformation
 from conformance.audit.usage import CAM_NAME, PREFILL_ONLY
 
 
@@ -152,7 +154,7 @@ def audit_sites(index: Index, defs: Definitions, measured: Measured | None = Non
             site = replace(site, passed=tuple(p for p in site.passed if p not in lost))
         elif method:
             # a transformation nothing calls is checked for the required fields only
-            table, reasons = transformation_needs(index, method) or ({}, [])
+            table, reasons = transformation_receivers(index, method) or ({}, [])
         else:
             table, reasons = site_needs(index, module, facts, site.qualname, measured)
         findings += check_site(site, definition, table, index.entries[number], reasons)

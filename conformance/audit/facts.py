@@ -13,7 +13,7 @@ import ast
 import re
 from typing import Any
 
-from conformance.audit import handoffs, reach_facts, usage
+from conformance.audit import flow, handoffs, reach_facts, usage
 from conformance.audit.astutil import constant_str, dotted, iter_scopes, terminal
 from conformance.audit.definition import definition_facts
 
@@ -65,6 +65,8 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
         "params": {},
         "noqa": suppressions(text),
         "cam_defs": [],
+        "transforms": [],
+        "passes": [],
     }
     cam_names = {usage.CAM_NAME} | {
         local for local, (_, _, name) in imports.items() if name == usage.CAM_NAME
@@ -100,6 +102,9 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
                 facts["functions"][scope.qualname] = {"cam": needs, "calls": calls}
         found = False
         if wants_cam:
+            calls, passes = flow.record_value_flows(scope.qualname, scope.nodes)
+            facts["transforms"] += calls
+            facts["passes"] += passes
             sites = usage.cam_sites(scope, cam_names)
             facts["sites"] += sites
             found = found or bool(sites)
@@ -221,6 +226,7 @@ def _class_facts(
         "layer": layer,
         "cam": cam,
         "cam_calls": cam_calls,
+        "attr_types": flow.attribute_types(node) if wants_cam else {},
         "layer_named": any(terminal(b) == "AttentionLayerBase" for b in node.bases),
     }
 

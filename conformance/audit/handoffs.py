@@ -6,9 +6,9 @@ itself (``split_decodes_prefills_and_extends(common_attn_metadata, ...)``, which
 calls that hand the record over whenever the function runs (the same "Requirements" as a
 read: not under an unrelated branch, in a lambda or a comprehension's per-element part);
 `helper_needs` resolves one through the imports to a consumer function of the tree and
-returns what it needs (and what the helpers it hands the record to need). A method handed
-the record by another method of its class (``self._build_c128a_metadata(cm)``) is a helper
-of that method, not an entry point: what it needs counts where it is called whenever the
+returns what it needs (and what the helpers it hands the record to need). A private method
+handed the record by another method of its class (``self._build_c128a_metadata(cm)``) is a
+helper of that method, not an entry point: what it needs counts where it is called whenever the
 caller runs (`method_table`).
 """
 
@@ -46,8 +46,9 @@ def record_params(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
 
 def record_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     """Dotted callees `func` hands its record to whenever it runs (``name@prefill`` when
-    only on the prefill path); a method of its own class (``self.m``) handed the record only
-    sometimes is listed as ``?self.m`` (a helper, not an entry point)."""
+    only on the prefill path); one handed the record only sometimes is listed as ``?name``
+    (a method of its own class so handed is a helper, not an entry point; a transformed
+    record may reach any of them)."""
     params = record_params(func)
     if not params:
         return []
@@ -59,7 +60,9 @@ def record_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
         if not any(isinstance(v, ast.Name) and v.id in params for v in values):
             continue
         callee = dotted(node.func)
-        if callee is not None and (callee.count(".") <= 1 and not callee.startswith("cls.")):
+        if callee is None or callee.startswith("cls."):
+            continue
+        if callee.count(".") <= 1 or (callee.startswith("self.") and callee.count(".") == 2):
             calls.append((node, callee))
     if not calls:
         return []
@@ -68,8 +71,7 @@ def record_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     found = set()
     for node, callee in calls:
         if id(node) in lazy:
-            if callee.startswith("self."):
-                found.add(f"?{callee}")
+            found.add(f"?{callee}")
             continue
         found.add(f"{callee}{PREFILL_ONLY}" if on_prefill_path(node, up) else callee)
     return sorted(found)
@@ -128,6 +130,8 @@ def method_table(index: Any, target: Any, info: dict[str, Any], own: dict[str, l
             if call.startswith("?"):
                 continue
             callee, prefill, _ = call.partition(PREFILL_ONLY)
+            if callee.startswith("self.") and callee.count(".") == 2:
+                continue  # another object's method: reached, not required
             if callee.startswith("self."):
                 found = total(callee[5:], depth + 1)
             else:
@@ -140,5 +144,5 @@ def method_table(index: Any, target: Any, info: dict[str, Any], own: dict[str, l
     for method_calls in calls.values():
         for call in method_calls:
             callee = call.lstrip("?").partition(PREFILL_ONLY)[0]
-            if callee.startswith("self."):
-                own.pop(callee[5:], None)
+            if callee.startswith("self._") and callee.count(".") == 1:
+                own.pop(callee[5:], None)  # a private helper; a public method stays an entry
