@@ -1,8 +1,8 @@
 """Where a record goes, for judging its transformations by their receivers (per-file facts).
 
 * `record_value_flows`: each call of a method on a record (``cam.unpadded(n)``, the
-  receiver named ``*attn_metadata*``, ``cam`` or ``cm``) with the local it is bound to and
-  the callees it is handed to directly; and every call handing a ``*attn_metadata*`` local
+  receiver named ``*attn_metadata*``, ``cam``, ``*_cam`` or ``cm``) with the local it is bound to and
+  the callees it is handed to directly; and every call handing such a local
   to a callee (``self.propose_draft_token_ids(..., spec_decode_common_attn_metadata)``), so
   a transformed record is followed by its name through the file (returned, unpacked, passed
   on).
@@ -21,8 +21,9 @@ _RECORD_NAMES = frozenset({"cam", "cm", "common_metadata"})
 
 
 def is_record_name(name: str) -> bool:
-    """Whether a local's name says it holds the record."""
-    return "attn_metadata" in name or name in _RECORD_NAMES
+    """Whether a local's name says it holds the record (``*attn_metadata*``, ``cam``,
+    ``*_cam``, ``cm``)."""
+    return "attn_metadata" in name or name in _RECORD_NAMES or name.endswith("_cam")
 
 
 def _callee(node: ast.Call) -> str | None:

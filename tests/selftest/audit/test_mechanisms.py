@@ -495,27 +495,59 @@ def test_a_run_time_site_is_judged_per_candidate(
 # ----------------------------------------------------------------- transformations
 
 CALLER = """\
+    from pkg.builders import ABuilder
     from pkg.record import CommonAttentionMetadata
 
 
-    def step(cam: CommonAttentionMetadata, n):
-        return cam.unpadded(n)
+    class Drafter:
+        def propose(self, common_attn_metadata: CommonAttentionMetadata):
+            return common_attn_metadata.query_start_loc[0]
+
+
+    class Runner:
+        def __init__(self):
+            self.builder = ABuilder([], None)
+            self.drafter = Drafter()
+
+        def _prepare(self, cam: CommonAttentionMetadata, n):
+            spec_cam = cam
+            if n:
+                spec_cam = cam.unpadded(n)
+            return cam, spec_cam
+
+        def step(self, cam: CommonAttentionMetadata, n):
+            main, spec_cam = self._prepare(cam, n)
+            self.builder.build(main)
+            return {handoff}
     """
 
 
 @pytest.mark.parametrize(
-    ("keep", "caller", "expected"),
+    ("keep", "handoff", "expected"),
     [
-        ("", True, [("record.py", "CAM001", ("seq_lens_cpu_upper_bound",))]),
-        ("\n            seq_lens_cpu_upper_bound=self.seq_lens_cpu_upper_bound,", True, []),
-        ("", False, []),  # nothing calls it
+        # the transformed record reaches the builder: what its build needs must come through
+        (
+            "",
+            "self.builder.build(spec_cam)",
+            [("record.py", "CAM001", ("seq_lens_cpu_upper_bound",))],
+        ),
+        (
+            "\n            seq_lens_cpu_upper_bound=self.seq_lens_cpu_upper_bound,",
+            "self.builder.build(spec_cam)",
+            [],
+        ),
+        # it reaches only the drafter, which does not need the dropped field: judged by its
+        # receivers, not by every builder's build (the main record goes to the builder)
+        ("", "self.drafter.propose(spec_cam)", []),
+        ("", None, []),  # nothing calls it
     ],
 )
-def test_transformation_of_the_record(tmp_path, write_tree, keep, caller, expected):
-    files = {"pkg/runner.py": CALLER} if caller else {}
+def test_transformation_of_the_record(tmp_path, write_tree, keep, handoff, expected):
+    files = {"pkg/runner.py": CALLER.replace("{handoff}", handoff)} if handoff else {}
     found, report = _found(tmp_path, write_tree, files, keep=keep)
     assert found == expected
     if expected:
-        assert (
-            "CommonAttentionMetadata.unpadded() is a transformation" in report.findings[0].message
-        )
+        message = report.findings[0].message
+        assert "(read by ABuilder.build)" in message
+        assert "CommonAttentionMetadata.unpadded() is a transformation" in message
+        assert "its result reaches the consumer named" in message
