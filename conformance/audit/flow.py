@@ -1,11 +1,11 @@
 """Where a record goes, for judging its transformations by their receivers (per-file facts).
 
 * `record_value_flows`: each call of a method on a record (``cam.unpadded(n)``, the
-  receiver named ``*attn_metadata*``, ``cam``, ``*_cam`` or ``cm``) with the local it is bound to and
-  the callees it is handed to directly; and every call handing such a local
-  to a callee (``self.propose_draft_token_ids(..., spec_decode_common_attn_metadata)``), so
-  a transformed record is followed by its name through the file (returned, unpacked, passed
-  on).
+  receiver named ``*attn_metadata*``, ``cam``, ``*_cam`` or ``cm``) with the local it is
+  bound to and the callees it is handed to directly; and every call handing such a local
+  to a callee (``self.propose_draft_token_ids(..., spec_decode_common_attn_metadata)``),
+  so a transformed record is followed by its name through the file (returned, unpacked,
+  passed on).
 * `attribute_types`: what a class's ``self.attr = Cls(...)`` assignments construct, so a
   hand-off to ``self.drafter.propose(cam)`` reaches the drafter classes' ``propose``.
 """
