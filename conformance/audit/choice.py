@@ -102,7 +102,7 @@ class RunTimeChoice:
         verb = "needs" if len(need) == 1 else "need"
         text += f"{_names(need)} {verb} it ({len(need)} of the {self.considered} {self.kind}"
         if self.written_for is not None:
-            text += f" {self.written_for} is written for, of {self.total} candidates"
+            text += f" {self.written_for} serves, of {self.total} candidates"
         text += ")"
         return text + (f"; fine for {_names(fine)}" if fine else "")
 

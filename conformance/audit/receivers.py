@@ -103,7 +103,7 @@ class Receivers:
         if method not in info["cam"]:
             return  # takes no record: not a consumer
         needs = self.index.by_method(target, "cam").get(method, info["cam"][method])
-        self.table.setdefault(f"{target.name}.{method}", []).extend(needs)
+        self.table.setdefault(f"{base.name}.{method}", []).extend(needs)
         for call in info.get("cam_calls", {}).get(method, []):
             self.callee(base.module, base, _bare(call), depth + 1)
 

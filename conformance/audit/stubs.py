@@ -320,6 +320,6 @@ class StubJudge:
         calls = f" before calling {join_names(shape['calls'])}" if shape["calls"] else ""
         message = (
             f"stand-in {shape['label']} in {shape['q']} lacks {join_names(missing)}{calls} "
-            f"(__init__ never runs; {target.name}'s methods set them)"
+            f"(__init__ never runs; {target.name.rsplit('<locals>.', 1)[-1]}'s methods set them)"
         )
         return [self._finding(number, shape, "STUB004", message, missing)]

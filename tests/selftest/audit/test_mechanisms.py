@@ -318,7 +318,7 @@ def test_script_style_import_and_run_time_builder(tmp_path, write_tree, dims, ex
         message = report.findings[0].message
         assert "CommonBuilder.__init__" in message and "any member" not in message
         assert "chosen at run time from BackendEnum (named in _backend_config" in message
-        assert "ABuilder and BBuilder need it (2 of the 3 builders it is written for" in message
+        assert "ABuilder and BBuilder need it (2 of the 3 builders it serves" in message
         assert message.endswith("; fine for PlainBuilder)")
 
 
@@ -380,7 +380,7 @@ def test_a_run_time_stub_is_judged_by_each_candidate(tmp_path, write_tree, dims,
     if expected:
         message = report.findings[0].message
         assert "(read by CBuilder.__init__;" in message
-        assert "CBuilder needs it (1 of the 4 builders it is written for" in message
+        assert "CBuilder needs it (1 of the 4 builders it serves" in message
         assert message.endswith("fine for ABuilder, BBuilder and PlainBuilder)")
 
 
@@ -430,7 +430,7 @@ def test_a_run_time_site_is_judged_by_the_candidates_its_stubs_are_written_for(
     assert found == expected
     if expected:
         message = report.findings[0].message
-        assert "its layer stub at line 16 is written for, of 3 candidates" in message
+        assert "its layer stub at line 16 serves, of 3 candidates" in message
         if "positions" in expected[0][2]:
             assert "PlainBuilder needs it (1 of the 1 consumers" in message
         else:
