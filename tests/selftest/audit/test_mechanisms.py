@@ -548,6 +548,6 @@ def test_transformation_of_the_record(tmp_path, write_tree, keep, handoff, expec
     assert found == expected
     if expected:
         message = report.findings[0].message
-        assert "(read by ABuilder.build)" in message
+        assert "(read by CommonBuilder.build)" in message  # where ABuilder.build is defined
         assert "CommonAttentionMetadata.unpadded() is a transformation" in message
         assert "its result reaches the consumer named" in message
