@@ -148,10 +148,13 @@ def audit_sites(index: Index, defs: Definitions, measured: Measured | None = Non
         module = (index.names_of[number] or [""])[0]
         method = transformation(site.qualname)
         seen = measured.dropped(method) if measured and method and callers(index, method) else None
-        if seen is not None:
-            table, reasons = seen
-            lost = {f for fields in table.values() for f in fields}
+        if seen is not None:  # what the facts saw it drop, that its receivers need
+            dropped, reasons = seen
+            lost = {f for fields in dropped.values() for f in fields}
             site = replace(site, passed=tuple(p for p in site.passed if p not in lost))
+            received, why = transformation_receivers(index, method, measured) or ({}, [])
+            table = {c: [f for f in fields if f in lost] for c, fields in received.items()}
+            reasons = [*reasons, *why]
         elif method:
             # a transformation nothing calls is checked for the required fields only
             table, reasons = transformation_receivers(index, method) or ({}, [])

@@ -19,8 +19,10 @@ from typing import Any
 
 from conformance.audit.handoffs import _function
 from conformance.audit.index import Index, Target
+from conformance.audit.measured import Measured
 from conformance.audit.reach import ancestors
 from conformance.audit.usage import CAM_NAME, PREFILL_ONLY
+from conformance.engines.facts import BATCH_KINDS
 
 _DEPTH = 4
 
@@ -57,8 +59,9 @@ def _attr_classes(index: Index, target: Target, attr: str) -> list[Target]:
 class Receivers:
     """Consumers (``Class.method`` or ``function``) a transformed record reaches → needs."""
 
-    def __init__(self, index: Index) -> None:
+    def __init__(self, index: Index, measured: Measured | None = None) -> None:
         self.index = index
+        self.measured = measured
         self.table: dict[str, list[str]] = {}
         self.seen: set[str] = set()
 
@@ -100,6 +103,8 @@ class Receivers:
         if defined is None:
             return
         base, info = defined
+        if self.measured and self.measured.field_needs(target, BATCH_KINDS, self.table):
+            return  # a measured builder: what it was seen to need
         if method not in info["cam"]:
             return  # takes no record: not a consumer
         needs = self.index.by_method(target, "cam").get(method, info["cam"][method])
@@ -113,11 +118,12 @@ def _bare(call: str) -> str:
 
 
 def transformation_receivers(
-    index: Index, method: str
+    index: Index, method: str, measured: Measured | None = None
 ) -> tuple[dict[str, list[str]], list[str]] | None:
     """Consumer → the fields it needs, for every consumer the result of the transformation
-    `method` reaches, and why; None when no core file calls it."""
-    receivers = Receivers(index)
+    `method` reaches, and why; None when no core file calls it. A receiver that maps to
+    measured builders (`measured`) needs what they were seen to need."""
+    receivers = Receivers(index, measured)
     called_in: list[str] = []
     for number, facts in index.loaded():
         entry = index.entries[number]
