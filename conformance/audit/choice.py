@@ -14,10 +14,12 @@ names those candidates and the ones it is fine for (`RunTimeChoice.why`).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from conformance.audit.findings import join_names
 from conformance.audit.index import Index
-from conformance.audit.reach import Reached
+from conformance.audit.measured import Measured
+from conformance.audit.reach import Reached, definer
 from conformance.audit.usage import PREFILL_ONLY
 
 _SHOWN = 4
@@ -108,3 +110,47 @@ class RunTimeChoice:
 
     def __str__(self) -> str:  # without the site's lack: every candidate that needs anything
         return self.why({n for name in self.needs for n in self._needed(name)})
+
+
+def stub_attributes(index: Index, module: str, facts: dict[str, Any]) -> list[tuple[int, set[str]]]:
+    """(line, attributes) of each layer stub stored in the file: the family of builders a
+    file's stubs are written for is the family its run-time choice is made among."""
+    found = []
+    for shape in facts["stores"]:
+        attrs = set(shape["attrs"])
+        if shape["kind"] != "mapping":
+            target = index.resolve_scoped(module, shape["q"], shape["cls"])
+            if target is None or target.kind != "class":
+                continue
+            attrs |= index.attributes(target, instance=shape["kind"] == "instance")[0]
+        found.append((shape["line"], attrs))
+    return found
+
+
+def choose(
+    index: Index,
+    module: str,
+    facts: dict[str, Any],
+    runtime: list[Reached],
+    measured: Measured | None,
+    kinds: tuple[str, ...],
+    table: dict[str, list[str]],
+    reasons: dict[str, Any],
+) -> None:
+    """Add to a construction site's `table` (consumer method → fields) what each candidate
+    of a run-time choice it can pick needs, each consumer's reason being the choice."""
+    candidates, line = picked(index, runtime, stub_attributes(index, module, facts))
+    stub = None if line is None else f"its layer stub at line {line}"
+    choice = RunTimeChoice(runtime, len(candidates), stub, "consumers")
+    for candidate in candidates:
+        own: dict[str, list[str]] = {}
+        if not (measured and measured.field_needs(candidate.target, kinds, own, exact=True)):
+            for method, fields in index.by_method(candidate.target, "cam").items():
+                for field in fields:
+                    name = field.split(PREFILL_ONLY, 1)[0]
+                    owner = definer(index, candidate.target, method, "cam", name)
+                    own.setdefault(f"{owner.name}.{method}", []).append(field)
+        for consumer, fields in own.items():
+            table.setdefault(consumer, []).extend(fields)
+            reasons.setdefault(consumer, choice)
+        choice.add(candidate, (f for fields in own.values() for f in fields))

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from conformance.audit.choice import RunTimeChoice, picked
+from conformance.audit.choice import RunTimeChoice, choose
 from conformance.audit.definition import CamDefinition
 from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
@@ -236,37 +236,8 @@ def _site_table(
         note(one.how)
     runtime = [r for r in reached if r.runtime]
     if runtime:
-        stubs = stub_attributes(index, module, facts)
-        candidates, line = picked(index, runtime, stubs)
-        stub = None if line is None else f"its layer stub at line {line}"
-        choice = RunTimeChoice(runtime, len(candidates), stub, "consumers")
-        for candidate in candidates:
-            own: dict[str, list[str]] = {}
-            if not (measured and measured.field_needs(candidate.target, kinds, own, exact=True)):
-                for method, fields in index.by_method(candidate.target, "cam").items():
-                    for field in fields:
-                        owner = definer(index, candidate.target, method, "cam", _field(field))
-                        own.setdefault(f"{owner.name}.{method}", []).append(field)
-            for consumer, fields in own.items():
-                table.setdefault(consumer, []).extend(fields)
-                reasons.setdefault(consumer, choice)  # type: ignore[arg-type]
-            choice.add(candidate, (f for fields in own.values() for f in fields))
+        choose(index, module, facts, runtime, measured, kinds, table, reasons)
     return table, reasons
-
-
-def stub_attributes(index: Index, module: str, facts: dict[str, Any]) -> list[tuple[int, set[str]]]:
-    """(line, attributes) of each layer stub stored in the file: the family of builders a
-    file's stubs are written for is the family its run-time choice is made among."""
-    found = []
-    for shape in facts["stores"]:
-        attrs = set(shape["attrs"])
-        if shape["kind"] != "mapping":
-            target = index.resolve_scoped(module, shape["q"], shape["cls"])
-            if target is None or target.kind != "class":
-                continue
-            attrs |= index.attributes(target, instance=shape["kind"] == "instance")[0]
-        found.append((shape["line"], attrs))
-    return found
 
 
 def check_site(
