@@ -6,12 +6,13 @@ callee resolves to another class of the tree is not one. It is checked against t
 definition it resolves to (else the tree's first), and against the record's *consumers*:
 functions and builder methods taking the record (a ``CommonAttentionMetadata``-annotated
 or ``common_attn_metadata`` parameter) and dereferencing or asserting a field
-(`usage.consumer_needs`). A field with a default is needed only when a consumer the site
-reaches (`reach`) needs it; for a run-time choice among a registry's builders, only when
-every candidate needs it; for a decode-only site, not when it is read on the prefill path
-only. A transformation of the record (`transforms`) is judged against every builder's
-``build``. A site that reaches no consumer is checked for the required fields only
-(nothing is guessed).
+(`usage.consumer_needs`), also through the helpers they hand it to (`handoffs`). A field
+with a default is needed only when a consumer the site reaches (`reach`) needs it; for a
+run-time choice among a registry's builders, when any candidate the site can pick needs it
+(`choice`); for a decode-only site, not when it is read on the prefill path only. A
+transformation of the record (`transforms`) is judged against the consumers its result
+reaches (`receivers`). A site that reaches no consumer is checked for the required fields
+only (nothing is guessed).
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from conformance.audit.choice import RunTimeChoice, choose
 from conformance.audit.definition import CamDefinition
 from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
 from conformance.audit.measured import Measured, site_kinds
-from conformance.audit.reach import ScopeGraph, definer, families, reached_from, run_time_reason
-from conformance.audit.transforms import callers, transformation, transformation_needs
+from conformance.audit.reach import ScopeGraph, definer, reached_from
+from conformance.audit.receivers import transformation_receivers
+from conformance.audit.transforms import callers, transformation
 from conformance.audit.usage import CAM_NAME, PREFILL_ONLY
 
 
@@ -145,17 +148,25 @@ def audit_sites(index: Index, defs: Definitions, measured: Measured | None = Non
         module = (index.names_of[number] or [""])[0]
         method = transformation(site.qualname)
         seen = measured.dropped(method) if measured and method and callers(index, method) else None
-        if seen is not None:
-            table, reasons = seen
-            lost = {f for fields in table.values() for f in fields}
+        if seen is not None:  # what the facts saw it drop, that its receivers need
+            dropped, reasons = seen
+            lost = {f for fields in dropped.values() for f in fields}
             site = replace(site, passed=tuple(p for p in site.passed if p not in lost))
+            received, why = transformation_receivers(index, method, measured) or ({}, [])
+            table = {c: [f for f in fields if f in lost] for c, fields in received.items()}
+            reasons = [*reasons, *why]
         elif method:
             # a transformation nothing calls is checked for the required fields only
-            table, reasons = transformation_needs(index, method) or ({}, [])
+            table, reasons = transformation_receivers(index, method) or ({}, [])
         else:
             table, reasons = site_needs(index, module, facts, site.qualname, measured)
         findings += check_site(site, definition, table, index.entries[number], reasons)
     return findings
+
+
+def _entry(consumer: str) -> bool:
+    """``Builder.build``: named first in messages (the method the engine calls)."""
+    return consumer.split(" (", 1)[0].endswith(".build")
 
 
 def _field(need: str) -> str:
@@ -181,6 +192,9 @@ def site_needs(
     left out for a decode-only site (`decode_only`)."""
     decodes = decode_only(facts, qualname)
     table, reasons = _site_table(index, module, facts, qualname, measured, site_kinds(decodes))
+    for reason in reasons.values():
+        if isinstance(reason, RunTimeChoice):
+            reason.decodes = decodes
     if decodes and any(PREFILL_ONLY in f for fields in table.values() for f in fields):
         reasons["*"] = (
             "its batches are decodes (it sets up speculative decoding), so reads on the "
@@ -221,40 +235,9 @@ def _site_table(
                     table.setdefault(f"{owner.name}.{method}", []).append(field)
         note(one.how)
     runtime = [r for r in reached if r.runtime]
-    stubs = stub_attributes(index, module, facts) if runtime else []
-    for base, count in families(index, runtime, "cam"):
-        every = count == len(runtime)
-        read = {
-            p.split(".")[0]
-            for reads in index.class_facts(base)["layer"].values()
-            for p, *_ in reads
-        }  # type: ignore[index]
-        written_for = [line for line, attrs in stubs if attrs & read]
-        if not (every or written_for):
-            continue  # needed by some candidates only, and nothing here is written for them
-        if not (measured and measured.field_needs(base, kinds, table, exact=every)):
-            for method, fields in index.class_facts(base)["cam"].items():  # type: ignore[index]
-                table.setdefault(f"{base.name}.{method}", []).extend(fields)
-        reason = run_time_reason(base, count, runtime, "consumers")
-        if not every:
-            reason += f"; the layer stub at line {written_for[0]} is written for it"
-        note(reason)
+    if runtime:
+        choose(index, module, facts, runtime, measured, kinds, table, reasons)
     return table, reasons
-
-
-def stub_attributes(index: Index, module: str, facts: dict[str, Any]) -> list[tuple[int, set[str]]]:
-    """(line, attributes) of each layer stub stored in the file: the family of builders a
-    file's stubs are written for is the family its run-time choice is made among."""
-    found = []
-    for shape in facts["stores"]:
-        attrs = set(shape["attrs"])
-        if shape["kind"] != "mapping":
-            target = index.resolve_dotted(module, shape["cls"])
-            if target is None or target.kind != "class":
-                continue
-            attrs |= index.attributes(target, instance=shape["kind"] == "instance")[0]
-        found.append((shape["line"], attrs))
-    return found
 
 
 def check_site(
@@ -268,14 +251,21 @@ def check_site(
     where = f"{CAM_NAME}(...) in {site.qualname}"
     given = set(site.passed)
     by_field: dict[str, str] = {}
-    for consumer, fields in sorted(table.items()):
+    for consumer, fields in sorted(table.items(), key=lambda kv: (not _entry(kv[0]), kv[0])):
         for name in fields:
             if name in definition.fields and name not in definition.required:
                 by_field.setdefault(name, consumer)
     if isinstance(reasons, Mapping):  # the reasons of the consumers a finding names
         lacking = [n for n in definition.fields if n not in given or n in site.passed_none]
         named = {by_field[n] for n in lacking if n in by_field}
-        reasons = list(dict.fromkeys(v for k, v in reasons.items() if k in named or k == "*"))
+        missing = {n for n in lacking if n in by_field}
+        reasons = list(
+            dict.fromkeys(
+                v.why(missing) if isinstance(v, RunTimeChoice) else v
+                for k, v in reasons.items()
+                if k in named or k == "*"
+            )
+        )
     reached = f"; reached: {'; '.join(reasons)}" if reasons else ""
     findings: list[Finding] = []
 

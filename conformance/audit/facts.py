@@ -13,11 +13,11 @@ import ast
 import re
 from typing import Any
 
-from conformance.audit import reach_facts, usage
+from conformance.audit import flow, handoffs, reach_facts, usage
 from conformance.audit.astutil import constant_str, dotted, iter_scopes, terminal
 from conformance.audit.definition import definition_facts
 
-FACTS_VERSION = 14
+FACTS_VERSION = 15
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
@@ -65,6 +65,8 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
         "params": {},
         "noqa": suppressions(text),
         "cam_defs": [],
+        "transforms": [],
+        "passes": [],
     }
     cam_names = {usage.CAM_NAME} | {
         local for local, (_, _, name) in imports.items() if name == usage.CAM_NAME
@@ -96,9 +98,13 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
         ):
             needs = usage.consumer_needs(scope.node)  # type: ignore[arg-type]
             if needs is not None:
-                facts["functions"][scope.qualname] = {"cam": needs}
+                calls = handoffs.record_calls(scope.node)  # type: ignore[arg-type]
+                facts["functions"][scope.qualname] = {"cam": needs, "calls": calls}
         found = False
         if wants_cam:
+            calls, passes = flow.record_value_flows(scope.qualname, scope.nodes)
+            facts["transforms"] += calls
+            facts["passes"] += passes
             sites = usage.cam_sites(scope, cam_names)
             facts["sites"] += sites
             found = found or bool(sites)
@@ -168,6 +174,7 @@ def _class_facts(
     methods: dict[str, Any] = {}
     layer: dict[str, Any] = {}
     cam: dict[str, list[str]] = {}
+    cam_calls: dict[str, list[str]] = {}
     returns: dict[str, list[str]] = {}
     dynamic = False
     for stmt in node.body:
@@ -194,6 +201,9 @@ def _class_facts(
                 needs = usage.consumer_needs(stmt)
                 if needs is not None:
                     cam[stmt.name] = needs
+                    calls = handoffs.record_calls(stmt)
+                    if calls:
+                        cam_calls[stmt.name] = calls
         elif isinstance(stmt, ast.ClassDef):
             cattrs.add(stmt.name)
         elif isinstance(stmt, ast.Assign):
@@ -215,6 +225,8 @@ def _class_facts(
         "returns": returns,
         "layer": layer,
         "cam": cam,
+        "cam_calls": cam_calls,
+        "attr_types": flow.attribute_types(node) if wants_cam else {},
         "layer_named": any(terminal(b) == "AttentionLayerBase" for b in node.bases),
     }
 

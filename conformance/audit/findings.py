@@ -100,7 +100,8 @@ class Problem:
     path: str
     line: int
     name: str
-    """symlink-loop, unreadable, unreadable-dir, unlistable-dir, not-a-regular-file,
+    """symlink-loop, link-outside-root, special-filesystem, walk-limit, unreadable,
+    unreadable-dir, unlistable-dir, not-a-regular-file,
     too-large, syntax-error, not-utf8, nul-byte, too-deep, dangling-link."""
     message: str
 

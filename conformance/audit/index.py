@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from conformance.audit.handoffs import method_table
 from conformance.audit.loader import load_one
 from conformance.audit.tree import FileEntry, module_names
 
@@ -133,6 +134,12 @@ class Index:
                     return found
         return None
 
+    def import_base(self, module: str, level: int, source: str) -> str:
+        """The module ``from <level dots><source> import ...`` in `module` names."""
+        return (self._script_sibling(module, source) if level == 0 else None) or (
+            self._absolute(module, level, source)
+        )
+
     def _script_sibling(self, module: str, source: str) -> str | None:
         """The module a script-style import (``from common import X`` in a script run with
         its own folder first on ``sys.path``: a folder without ``__init__.py``, or test and
@@ -182,6 +189,29 @@ class Index:
         member = info["members"].get(part)
         return self.resolve_absolute(member) if member else None
 
+    def resolve_scoped(self, module: str, scope: str, ref: str) -> Target | None:
+        """`ref` as seen from inside the function or class `scope` (a qualname) of `module`:
+        a class defined in that function or an enclosing one (``f.<locals>.Stub``) first,
+        then the module's top-level names."""
+        classes = (self.module_facts(module) or {}).get("classes", {})
+        first, _, rest = ref.partition(".")
+        parts = scope.split(".") if scope and scope != "<module>" else []
+        while parts:
+            head = ".".join(parts)
+            for candidate in (f"{head}.<locals>.{first}", f"{head}.{first}"):
+                if candidate in classes and candidate != scope:
+                    current: Target | None = Target("class", module, candidate)
+                    for part in rest.split(".") if rest else []:
+                        step = self._step(current, part, 0) if current else None
+                        if step is None:
+                            return current
+                        current = step
+                    return current
+            parts.pop()
+            if parts and parts[-1] == "<locals>":
+                parts.pop()
+        return self.resolve_dotted(module, ref)
+
     def resolve_absolute(self, dotted_path: str) -> Target | None:
         """A fully qualified ``pkg.mod.Name`` (string members, registry entries)."""
         parts = dotted_path.split(".")
@@ -204,7 +234,12 @@ class Index:
         info = self.class_facts(target)
         if info is None:
             return []
-        return [(b, self.resolve_dotted(target.module, b) if b else None) for b in info["bases"]]
+        outer = target.name.rpartition(".")[0]
+        if outer.endswith(".<locals>"):
+            outer = outer[: -len(".<locals>")]
+        return [
+            (b, self.resolve_scoped(target.module, outer, b) if b else None) for b in info["bases"]
+        ]
 
     def is_subclass(
         self, target: Target, base_name: str, seen: frozenset[str] = frozenset()
@@ -272,6 +307,8 @@ class Index:
                     result.setdefault(name, value)
                 elif name in own["super"]:
                     result[name] = [*result.get(name, []), *value]
+        if table == "cam":  # what the helpers its methods hand the record to need
+            method_table(self, target, info, result)
         self._methods[memo] = result
         return result
 

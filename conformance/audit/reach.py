@@ -11,8 +11,7 @@ those its callers (and their other callees) name, nearest first. A name reaches 
   config class whose parser returns the registry enum reaches nothing);
 * as the backend a registry-enum member names (``AttentionBackendEnum.ROCM_AITER_MLA``);
 * as *every* backend of a registry enum named whole (``AttentionBackendEnum[name]``): the
-  builder is chosen at run time, and the candidates are judged by what they share
-  (`families`).
+  builder is chosen at run time, and each candidate is judged on its own (`choice`).
 """
 
 from __future__ import annotations
@@ -187,20 +186,6 @@ def ancestors(index: Index, target: Target) -> list[Target]:
     return order
 
 
-def families(index: Index, candidates: list[Reached], table: str) -> list[tuple[Target, int]]:
-    """The tree classes with own `table` facts that at least two run-time candidates
-    inherit from (or are), with how many candidates share each: what every candidate of a
-    family runs."""
-    counts: dict[str, tuple[Target, int]] = {}
-    for reached in candidates:
-        for base in ancestors(index, reached.target):
-            info = index.class_facts(base)
-            if info is not None and info[table]:
-                _, count = counts.get(base.key, (base, 0))
-                counts[base.key] = (base, count + 1)
-    return [(t, n) for t, n in counts.values() if n >= 2]
-
-
 def definer(index: Index, target: Target, method: str, table: str, item: str) -> Target:
     """The class whose own `method` reads `item` (a field or a layer path) for `target`:
     itself or the in-tree base it inherits (or ``super()``-calls) that read from."""
@@ -210,14 +195,3 @@ def definer(index: Index, target: Target, method: str, table: str, item: str) ->
         if any((e[0] if isinstance(e, list) else e.split("@", 1)[0]) == item for e in entries):
             return base
     return target
-
-
-def run_time_reason(base: Target, count: int, candidates: list[Reached], kind: str) -> str:
-    """Why a family base is judged: how many run-time candidates run it, chosen from what."""
-    head = candidates[0].how.split(" (any member", 1)[0]
-    ref, _, where = head.partition(" named in ")
-    share = "every one" if count == len(candidates) else f"{count}"
-    return (
-        f"{base.name} is run by {share} of the {len(candidates)} {kind} chosen at run time "
-        f"from {ref} (named in {where})"
-    )

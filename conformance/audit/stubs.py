@@ -10,7 +10,7 @@ is a non-attention layer: neither is a layer stub.
 
 A layer stub is judged against the *builders it reaches* (`reach`): tree classes whose
 methods take layers out of a context (`usage.layer_reads`). A builder chosen at run time
-from a registry enum is judged by the family base the stub is written for (`reach.families`).
+from a registry enum is judged by each candidate the stub is written for (`choice`).
 A stub reaching no builder is not judged; neither are the bodies of methods the test
 replaces, nor first-layer reads for a later layer. Reads through
 ``get_layers_from_vllm_config(cfg, Type)`` count only for stubs of a ``Type`` subclass.
@@ -26,18 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from conformance.audit.choice import RunTimeChoice, picked
 from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
 from conformance.audit.measured import Measured
 from conformance.audit.protocol import LayerProtocol
-from conformance.audit.reach import (
-    ScopeGraph,
-    ancestors,
-    definer,
-    families,
-    reached_from,
-    run_time_reason,
-)
+from conformance.audit.reach import ScopeGraph, ancestors, definer, reached_from
 
 LAYER_BASE = "AttentionLayerBase"
 
@@ -115,7 +109,7 @@ class StubJudge:
         """(class, attributes, why unknown) of a layer stub; None when not a stub."""
         if shape["kind"] == "mapping":
             return None, set(shape["attrs"]), None
-        target = self.index.resolve_dotted(module, shape["cls"])
+        target = self.index.resolve_scoped(module, shape["q"], shape["cls"])
         if target is None or target.kind != "class":
             return None  # a factory, a mock, a class outside the tree: not audited
         defined_in = self.index.modules.get(target.module)
@@ -186,7 +180,7 @@ class StubJudge:
         shape: dict,
         target: Target | None,
         attrs: set[str],
-    ) -> tuple[dict[str, set[str]], dict[str, str]] | None:
+    ) -> tuple[dict[str, set[str]], dict[str, Any]] | None:
         """Required path → who reads it, and reader → why it is reached; None when the
         stub reaches no builder."""
         if self.protocol is not None:
@@ -197,29 +191,34 @@ class StubJudge:
             return None
         patched = self._patched(module, facts, shape["q"])
         needs: dict[str, set[str]] = {}
-        why: dict[str, str] = {}
+        why: dict[str, Any] = {}
         first = shape.get("first", True)
         judged = False
 
-        def judge(builder: Target, methods: list[str | None], reason: str) -> None:
-            if not (self.measured and self.measured.stub_needs(builder, first, needs)):
+        def judge(
+            builder: Target, methods: list[str | None], reason: Any, into: dict[str, set[str]]
+        ) -> None:
+            if not (self.measured and self.measured.stub_needs(builder, first, into)):
                 for method in methods:
-                    self._reads(builder, method, shape, target, patched, needs)
-            for readers in needs.values():
+                    self._reads(builder, method, shape, target, patched, into)
+            for readers in into.values():
                 for reader in readers:
                     why.setdefault(reader, reason)
 
         for one in reached:
             if not one.runtime:
-                judge(one.target, [one.method], one.how)
+                judge(one.target, [one.method], one.how, needs)
                 judged = True
         runtime = [r for r in reached if r.runtime]
-        for base, count in families(self.index, runtime, "layer"):
-            own = self.index.class_facts(base)["layer"]  # type: ignore[index]
-            if not {p.split(".")[0] for reads in own.values() for p, *_ in reads} & attrs:
-                continue  # the stub is not written for this family
-            reason = run_time_reason(base, count, runtime, "builders")
-            judge(base, list(own), reason)
+        candidates, _ = picked(self.index, runtime, [(shape["line"], attrs)])
+        if candidates:
+            choice = RunTimeChoice(runtime, len(candidates), "it", "builders")
+            for candidate in candidates:
+                own: dict[str, set[str]] = {}
+                judge(candidate.target, [None], choice, own)
+                choice.add(candidate, own)
+                for path, readers in own.items():
+                    needs.setdefault(path, set()).update(readers)
             judged = True
         return (needs, why) if judged else None
 
@@ -246,7 +245,12 @@ class StubJudge:
             readers = sorted(
                 {r for m in missing for r in needs.get(m, needs.get(m.split(".")[0], ()))}
             )
-            reasons = list(dict.fromkeys(why[r] for r in readers))
+            reasons = list(
+                dict.fromkeys(
+                    why[r].why(missing) if isinstance(why[r], RunTimeChoice) else why[r]
+                    for r in readers
+                )
+            )
             seen = self._examples(module, facts, shape, missing) if self.measured else []
             against = f"(read by {join_names(readers)}; {''.join(s + '; ' for s in seen)}"
             against += f"reached: {'; '.join(reasons)})"
@@ -288,7 +292,7 @@ class StubJudge:
     def _standin(self, number: int, module: str, shape: dict) -> list[Finding]:
         if shape["init"] or shape["var"] is None or shape.get("dynamic"):
             return []  # initialised, unused, or given attributes under computed names
-        target = self.index.resolve_dotted(module, shape["cls"])
+        target = self.index.resolve_scoped(module, shape["q"], shape["cls"])
         if target is None or target.kind != "class":
             return []
         class_level, unknown = self.index.attributes(target, instance=False)
@@ -316,6 +320,6 @@ class StubJudge:
         calls = f" before calling {join_names(shape['calls'])}" if shape["calls"] else ""
         message = (
             f"stand-in {shape['label']} in {shape['q']} lacks {join_names(missing)}{calls} "
-            f"(__init__ never runs; {target.name}'s methods set them)"
+            f"(__init__ never runs; {target.name.rsplit('<locals>.', 1)[-1]}'s methods set them)"
         )
         return [self._finding(number, shape, "STUB004", message, missing)]

@@ -2,8 +2,9 @@
 
 `walk` lists every ``.py`` file below the given PATHs without ever opening anything that is
 not a regular file (each entry is ``stat``-ed first: FIFOs, devices and sockets are named
-problems, never read), following directory links but naming a link loop instead of
-looping, and naming unreadable or unlistable directories instead of skipping them. Paths are
+problems, never read), following links only where they stay inside the audited PATHs,
+naming a link loop instead of looping, never entering a special filesystem (``/proc``,
+``/sys``), and naming unreadable or unlistable directories instead of skipping them. Paths are
 displayed *as given*: the PATH joined with the file's path below it, so every printed path
 opens from the directory the audit was started in.
 """
@@ -18,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from conformance.audit.findings import Problem
+from conformance.audit.mounts import Mounts
 from conformance.errors import ConformanceError
 
 SKIP_DIR_NAMES: frozenset[str] = frozenset(
@@ -118,9 +120,17 @@ def _stat_problem(display: str, exc: OSError) -> Problem:
     return Problem(display, 0, "unreadable", f"cannot stat: {exc.strerror or exc}")
 
 
-def check_path(given: str) -> os.stat_result:
+WALK_LIMITS = {"entries": 2_000_000, "files": 200_000, "depth": 200}
+"""Bounds on any input: directory entries looked at, ``.py`` files listed, folder depth."""
+
+
+def _inside(real: str, roots: Sequence[str]) -> bool:
+    return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def check_path(given: str, mounts: Mounts | None = None) -> os.stat_result:
     """``stat`` a PATH argument; `AuditPathError` with a proper message when it cannot be
-    audited (missing, a link loop, a FIFO or device, unreadable)."""
+    audited (missing, a link loop, a FIFO or device, unreadable, on a special filesystem)."""
     try:
         info = os.stat(given)
     except OSError as exc:
@@ -129,6 +139,11 @@ def check_path(given: str) -> os.stat_result:
         if exc.errno == errno.ENOENT:
             raise AuditPathError(f"audit PATH {given!r}: no such file or directory") from None
         raise AuditPathError(f"audit PATH {given!r}: cannot stat: {exc.strerror}") from None
+    special = (mounts or Mounts()).special(os.path.realpath(given))
+    if special is not None:
+        raise AuditPathError(
+            f"audit PATH {given!r}: on a {special} filesystem (generated, not source); not audited"
+        )
     if stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode):
         return info
     raise AuditPathError(
@@ -140,83 +155,153 @@ def walk(paths: Iterable[str | os.PathLike[str]], exclude: Sequence[str] = ()) -
     """Every ``.py`` file below `paths`, and the named problems met.
 
     Raises `AuditPathError` for a PATH that cannot be audited at all. A file reached twice
-    (two PATHs, or a link) is listed once.
+    (two PATHs, or a link) is listed once. The walk never leaves the PATHs: a link is
+    followed only when it resolves inside one of them, a special filesystem mounted below
+    one is not entered, and `WALK_LIMITS` bound it on any input (each a named problem).
     """
     given_paths = [os.fspath(p) for p in paths]
-    infos = [check_path(g) for g in given_paths]
-    result = Walk()
-    seen: set[tuple[int, int]] = set()
+    mounts = Mounts()
+    infos = [check_path(g, mounts) for g in given_paths]
+    walker = _Walker([os.path.realpath(g) for g in given_paths], exclude, mounts, dict(WALK_LIMITS))
     for given, info in zip(given_paths, infos, strict=True):
         if stat.S_ISREG(info.st_mode):
-            if (info.st_dev, info.st_ino) not in seen:
-                seen.add((info.st_dev, info.st_ino))
+            if (info.st_dev, info.st_ino) not in walker.seen:
+                walker.seen.add((info.st_dev, info.st_ino))
                 name = os.path.basename(given)
-                result.files.append(FileEntry(given, given, name, given, info.st_size))
+                walker.result.files.append(FileEntry(given, given, name, given, info.st_size))
             continue
-        _walk_dir(given, given, "", (info.st_dev, info.st_ino), (), exclude, seen, result)
-    return result
+        walker.walk_dir(given, given, "", info, ())
+    return walker.result
 
 
-def _walk_dir(
-    given: str,
-    folder: str,
-    rel: str,
-    ident: tuple[int, int],
-    ancestors: tuple[tuple[int, int], ...],
-    exclude: Sequence[str],
-    seen: set[tuple[int, int]],
-    result: Walk,
-) -> None:
-    display = _display(given, rel or ".")
-    if ident in ancestors:
-        result.problems.append(
-            Problem(display, 0, "symlink-loop", "a directory link back to its own ancestor")
-        )
-        return
-    if ident in seen:
-        return
-    seen.add(ident)
-    try:
-        with os.scandir(folder) as iterator:
-            entries = sorted(iterator, key=lambda e: e.name)
-    except OSError as exc:
-        enterable = os.access(folder, os.X_OK)
-        name = "unlistable-dir" if enterable else "unreadable-dir"
-        why = "can be entered but not listed" if enterable else "cannot be read"
-        result.problems.append(Problem(display, 0, name, f"{why}: {exc.strerror or exc}"))
-        return
-    chain = (*ancestors, ident)
-    for entry in entries:
-        child_rel = f"{rel}/{entry.name}" if rel else entry.name
-        if _excluded(child_rel, exclude):
-            continue
+class _Walker:
+    """One walk's state: the roots it stays in, what it has seen, its remaining budget."""
+
+    def __init__(
+        self, roots: list[str], exclude: Sequence[str], mounts: Mounts, limits: dict[str, int]
+    ) -> None:
+        self.roots = roots
+        self.exclude = exclude
+        self.mounts = mounts
+        self.limits = limits
+        self.seen: set[tuple[int, int]] = set()
+        self.result = Walk()
+        self.stopped = False
+
+    def _stop(self, display: str, what: str) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.result.problems.append(
+                Problem(display, 0, "walk-limit", f"{what}; the rest of the tree is not audited")
+            )
+
+    def walk_dir(
+        self,
+        given: str,
+        folder: str,
+        rel: str,
+        info: os.stat_result,
+        ancestors: tuple[tuple[int, int], ...],
+    ) -> None:
+        display = _display(given, rel or ".")
+        ident = (info.st_dev, info.st_ino)
+        if ident in ancestors:
+            self.result.problems.append(
+                Problem(display, 0, "symlink-loop", "a directory link back to its own ancestor")
+            )
+            return
+        if ident in self.seen or self.stopped:
+            return
+        if len(ancestors) >= self.limits["depth"]:
+            self._stop(display, f"folders nested over {self.limits['depth']} deep")
+            return
+        self.seen.add(ident)
+        try:
+            with os.scandir(folder) as iterator:
+                entries = []
+                for entry in iterator:
+                    self.limits["entries"] -= 1
+                    if self.limits["entries"] < 0:
+                        self._stop(display, f"over {WALK_LIMITS['entries']:,} directory entries")
+                        return
+                    entries.append(entry)
+        except OSError as exc:
+            enterable = os.access(folder, os.X_OK)
+            name = "unlistable-dir" if enterable else "unreadable-dir"
+            why = "can be entered but not listed" if enterable else "cannot be read"
+            self.result.problems.append(Problem(display, 0, name, f"{why}: {exc.strerror or exc}"))
+            return
+        chain = (*ancestors, ident)
+        for entry in sorted(entries, key=lambda e: e.name):
+            if self.stopped:
+                return
+            self._entry(given, entry, f"{rel}/{entry.name}" if rel else entry.name, info, chain)
+
+    def _entry(
+        self,
+        given: str,
+        entry: os.DirEntry[str],
+        child_rel: str,
+        parent: os.stat_result,
+        chain: tuple[tuple[int, int], ...],
+    ) -> None:
+        if _excluded(child_rel, self.exclude):
+            return
         child_display = _display(given, child_rel)
+        is_py = entry.name.endswith(".py")
         try:
             info = os.stat(entry.path)  # follows links; never opens
         except OSError as exc:
-            if entry.name.endswith(".py") or entry.is_symlink():
-                result.problems.append(_stat_problem(child_display, exc))
-            continue
-        if stat.S_ISDIR(info.st_mode):
+            if is_py or entry.is_symlink():
+                self.result.problems.append(_stat_problem(child_display, exc))
+            return
+        is_dir = stat.S_ISDIR(info.st_mode)
+        if entry.is_symlink() and (is_dir or is_py):
+            real = os.path.realpath(entry.path)
+            if not _inside(real, self.roots):
+                self.result.problems.append(
+                    Problem(
+                        child_display,
+                        0,
+                        "link-outside-root",
+                        f"a link to {real}, outside the audited tree; not followed",
+                    )
+                )
+                return
+        if is_dir:
             if (
                 entry.name in SKIP_DIR_NAMES
                 or entry.name.endswith(".egg-info")
                 or os.path.lexists(os.path.join(entry.path, "pyvenv.cfg"))
             ):
-                continue
-            key = (info.st_dev, info.st_ino)
-            _walk_dir(given, entry.path, child_rel, key, chain, exclude, seen, result)
-        elif entry.name.endswith(".py"):
+                return
+            if info.st_dev != parent.st_dev:
+                special = self.mounts.special(os.path.realpath(entry.path))
+                if special is not None:
+                    self.result.problems.append(
+                        Problem(
+                            child_display,
+                            0,
+                            "special-filesystem",
+                            f"a {special} filesystem (generated, not source); not entered",
+                        )
+                    )
+                    return
+            self.walk_dir(given, entry.path, child_rel, info, chain)
+        elif is_py:
             key = (info.st_dev, info.st_ino)
             if not stat.S_ISREG(info.st_mode):
-                result.problems.append(
+                self.result.problems.append(
                     Problem(
                         child_display, 0, "not-a-regular-file", f"{_kind(info.st_mode)}; not opened"
                     )
                 )
-            elif key not in seen:
-                seen.add(key)
-                result.files.append(
+            elif key not in self.seen:
+                self.seen.add(key)
+                if len(self.result.files) >= self.limits["files"]:
+                    self._stop(child_display, f"over {WALK_LIMITS['files']:,} .py files")
+                    return
+                self.result.files.append(
                     FileEntry(entry.path, child_display, child_rel, given, info.st_size)
                 )
 

@@ -214,14 +214,14 @@ def consumer_needs(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str] | 
         if lazy is None:  # computed only for functions that dereference the record
             lazy = unrequired_ids(func, derived_names(func, params))
         if id(node) not in lazy:
-            needs[field] = needs.get(field, True) and _on_prefill_path(node, up)
+            needs[field] = needs.get(field, True) and on_prefill_path(node, up)
     return sorted(f"{f}{PREFILL_ONLY}" if only else f for f, only in needs.items())
 
 
 PREFILL_ONLY = "@prefill"
 
 
-def _on_prefill_path(node: ast.AST, up: dict[int, ast.AST]) -> bool:
+def on_prefill_path(node: ast.AST, up: dict[int, ast.AST]) -> bool:
     """Whether `node` sits under a branch whose test names a ``*prefill*`` value."""
     child, parent = node, up.get(id(node))
     while parent is not None:

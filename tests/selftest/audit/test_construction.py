@@ -131,13 +131,16 @@ SHARED = """\
             'MLA = "pkg.builders.MLABuilder"\n            MLA2 = "pkg.shared.MLA2Builder"',
             [("CAM001", ("seq_lens_cpu_upper_bound",))],
         ),
-        # one candidate of two needs it: the run-time choice is the caller's, not a finding
-        ('MLA = "pkg.builders.MLABuilder"\n            PLAIN = "pkg.builders.PlainBuilder"', []),
+        # one candidate of two needs it: whichever the caller picks may be that one
+        (
+            'MLA = "pkg.builders.MLABuilder"\n            PLAIN = "pkg.builders.PlainBuilder"',
+            [("CAM001", ("seq_lens_cpu_upper_bound",))],
+        ),
+        # no candidate needs it
+        ('PLAIN = "pkg.builders.PlainBuilder"', []),
     ],
 )
-def test_a_registry_enum_named_whole_is_judged_by_what_every_member_shares(
-    tmp_path, write_tree, members, expected
-):
+def test_a_registry_enum_named_whole_is_judged_per_member(tmp_path, write_tree, members, expected):
     registry = f"""\
         import enum
 
@@ -167,9 +170,14 @@ def test_a_registry_enum_named_whole_is_judged_by_what_every_member_shares(
     report = run_audit([root], options=Options(jobs=1))
     assert [(f.code, f.names) for f in report.findings] == expected
     if expected:
-        assert (
-            "run by every one of the 2 consumers chosen at run time" in report.findings[0].message
-        )
+        message = report.findings[0].message
+        assert "chosen at run time from BackendEnum (named in f): MLA" in message
+        if "PLAIN" in members:
+            assert message.endswith(
+                "MLABuilder needs it (1 of the 2 consumers); fine for PlainBuilder)"
+            )
+        else:
+            assert message.endswith("MLA2Builder and MLABuilder need it (2 of the 2 consumers))")
 
 
 def test_a_call_resolving_to_another_class_is_not_a_site(tmp_path, write_tree):

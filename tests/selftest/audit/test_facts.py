@@ -85,25 +85,41 @@ def test_construction_follows_the_batch_kinds_that_need_a_field(
 
 
 CALLER = """\
+    from pkg.builders import {builder}
     from pkg.record import CommonAttentionMetadata
 
 
-    def step(cam: CommonAttentionMetadata, n):
-        return cam.unpadded(n)
+    class Runner:
+        def __init__(self):
+            self.drafter_builder = {builder}([], None)
+
+        def step(self, cam: CommonAttentionMetadata, n):
+            spec_cam = cam.unpadded(n)
+            return self.drafter_builder.build(spec_cam)
     """
 
 
-def test_transformations_follow_what_was_seen_dropped(tmp_path, write_tree):
+@pytest.mark.parametrize(
+    ("builder", "expected"),
+    [
+        # the result reaches PlainBuilder, seen to need the field the facts saw dropped
+        ("PlainBuilder", [("record.py", "CAM001", ("positions",))]),
+        # it reaches ABuilder only, which was never seen to need it
+        ("ABuilder", []),
+    ],
+)
+def test_transformations_follow_what_was_seen_dropped(tmp_path, write_tree, builder, expected):
     keep = "\n            seq_lens_cpu_upper_bound=self.seq_lens_cpu_upper_bound,"
-    root = write_tree(tmp_path, {**engine_files(keep), "pkg/runner.py": CALLER})
+    caller = CALLER.replace("{builder}", builder)
+    root = write_tree(tmp_path, {**engine_files(keep), "pkg/runner.py": caller})
     static = run_audit([root], options=Options(jobs=1))
     assert [f.code for f in static.findings if f.severity == "error"] == []
     measured = run_audit([root], options=Options(jobs=1), facts=make_facts())
     errors = [f for f in measured.findings if f.severity == "error"]
-    assert [(Path(f.path).name, f.code, f.names) for f in errors] == [
-        ("record.py", "CAM001", ("positions",))
-    ]
-    assert "unpadded() was seen to drop positions" in errors[0].message
+    assert [(Path(f.path).name, f.code, f.names) for f in errors] == expected
+    if expected:
+        assert "unpadded() was seen to drop positions" in errors[0].message
+        assert "its result reaches the consumer named" in errors[0].message
 
 
 def _tree_with_version(tmp_path, write_tree, version: str | None) -> Path:

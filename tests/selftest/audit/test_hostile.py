@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -60,12 +61,20 @@ def test_symlink_loop_is_named_and_the_rest_audited(tmp_path):
 def test_fifo_and_device_are_never_opened(tmp_path):
     root = _tree(tmp_path)
     os.mkfifo(root / "pipe.py")
-    (root / "zero.py").symlink_to("/dev/zero")
+    (root / "zero.py").symlink_to("/dev/zero")  # out of the tree: named, never opened
+    expected = {"pipe.py": "not-a-regular-file", "zero.py": "link-outside-root"}
+    try:
+        os.mknod(root / "null.py", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        expected["null.py"] = "not-a-regular-file"
+    except OSError:
+        pass  # not allowed to make a device here: the FIFO and the link still count
     started = time.monotonic()
     report = run_audit([root], options=Options(jobs=1))
     assert time.monotonic() - started < 10
-    assert _problems(report) == {"pipe.py": "not-a-regular-file", "zero.py": "not-a-regular-file"}
-    assert "FIFO" in report.to_text() and "character device" in report.to_text()
+    assert _problems(report) == expected
+    assert "FIFO" in report.to_text() and "/dev/zero, outside the audited tree" in report.to_text()
+    if "null.py" in expected:
+        assert "character device" in report.to_text()
     _assert_rest_audited(report)
 
 

@@ -15,6 +15,7 @@ from conformance.audit import Options, run_audit
 
 _TREE = runpy.run_path(str(Path(__file__).with_name("mechanism_tree.py")))
 engine_files = _TREE["engine_files"]
+REGISTRY = _TREE["REGISTRY"]
 
 
 def _found(tmp_path, write_tree, files: dict[str, str], keep: str = "", **kwargs):
@@ -316,10 +317,14 @@ def test_script_style_import_and_run_time_builder(tmp_path, write_tree, dims, ex
     if expected:
         message = report.findings[0].message
         assert "CommonBuilder.__init__" in message and "any member" not in message
-        assert "run by 2 of the 3 builders chosen at run time from BackendEnum" in message
+        assert "chosen at run time from BackendEnum (named in _backend_config" in message
+        assert "ABuilder and BBuilder need it (2 of the 3 builders it serves" in message
+        assert message.endswith("; fine for PlainBuilder)")
 
 
 def test_a_run_time_stub_of_another_family_is_not_judged_by_it(tmp_path, write_tree):
+    """The stub carries ``scale`` only: it is written for PlainBuilder (judged, fine), not
+    for the family that reads ``kv_lora_rank``."""
     runner = RUNNER.replace("layer.prefill_backend = pb\n        ", "")
     files = {
         "benchmarks/attn/common.py": COMMON.replace("{dims}", ""),
@@ -327,7 +332,56 @@ def test_a_run_time_stub_of_another_family_is_not_judged_by_it(tmp_path, write_t
     }
     found, report = _found(tmp_path, write_tree, files)
     assert found == []
-    assert report.context["stubs"]["reaching_no_builder"] == 1
+    assert report.context["stubs"]["judged"] == 1
+
+
+EXTRA = """\
+    from pkg.builders import CommonBuilder
+
+
+    class CBuilder(CommonBuilder):
+        def __init__(self, layer_names, vllm_config):
+            super().__init__(layer_names, vllm_config)
+            ctx = vllm_config.compilation_config.static_forward_context
+            self.window = ctx[layer_names[0]].window
+
+
+    class CBackend:
+        @staticmethod
+        def get_builder_cls():
+            return CBuilder
+    """
+
+
+@pytest.mark.parametrize(
+    ("dims", "expected"),
+    [
+        ("", [("mla_runner.py", "STUB001", ("window",))]),
+        ("\n            self.window = 1", []),
+    ],
+)
+def test_a_run_time_stub_is_judged_by_each_candidate(tmp_path, write_tree, dims, expected):
+    """One candidate of the family reads ``window`` besides what the family shares: what
+    any candidate the stub can pick reads is required, and the message names it."""
+    registry = REGISTRY.replace(
+        'PLAIN = "pkg.builders.PlainBackend"',
+        'PLAIN = "pkg.builders.PlainBackend"\n        C = "pkg.extra.CBackend"',
+    )
+    files = {
+        "pkg/registry.py": registry,
+        "pkg/extra.py": EXTRA,
+        "benchmarks/attn/common.py": COMMON.replace(
+            "{dims}", "\n            self.kv_lora_rank = 1" + dims
+        ),
+        "benchmarks/attn/mla_runner.py": RUNNER,
+    }
+    found, report = _found(tmp_path, write_tree, files)
+    assert found == expected
+    if expected:
+        message = report.findings[0].message
+        assert "(read by CBuilder.__init__;" in message
+        assert "CBuilder needs it (1 of the 4 builders it serves" in message
+        assert message.endswith("fine for ABuilder, BBuilder and PlainBuilder)")
 
 
 SITE_RUNNER = """\
@@ -353,51 +407,147 @@ SITE_RUNNER = """\
 
 
 @pytest.mark.parametrize(
-    ("layer", "expected"),
+    ("layer", "passes", "expected"),
     [
         # the #40844 shape: a benchmark of the MLA family leaves out what its build asserts
         (
             "NS(prefill_backend=1, kv_lora_rank=1)",
+            "",
             [("runner.py", "CAM001", ("seq_lens_cpu_upper_bound",))],
         ),
-        ("NS(scale=1.0)", []),  # written for another family: the choice is the caller's
+        # ... fixed: PlainBuilder needs positions, but the stub is not written for it
+        ("NS(prefill_backend=1, kv_lora_rank=1)", ", seq_lens_cpu_upper_bound=t", []),
+        # written for PlainBuilder only: its need is required, not the MLA family's
+        ("NS(scale=1.0)", "", [("runner.py", "CAM001", ("positions",))]),
+        ("NS(scale=1.0)", ", positions=t", []),
     ],
 )
-def test_a_run_time_site_is_judged_by_the_family_its_stubs_are_written_for(
-    tmp_path, write_tree, layer, expected
+def test_a_run_time_site_is_judged_by_the_candidates_its_stubs_are_written_for(
+    tmp_path, write_tree, layer, passes, expected
 ):
-    runner = SITE_RUNNER.replace("{layer}", layer)
+    runner = SITE_RUNNER.replace("{layer}", layer).replace("num_reqs=n)", f"num_reqs=n{passes})")
     found, report = _found(tmp_path, write_tree, {"benchmarks/runner.py": runner})
     assert found == expected
     if expected:
         message = report.findings[0].message
-        assert "CommonBuilder.build" in message and "written for it" in message
+        assert "its layer stub at line 16 serves, of 3 candidates" in message
+        if "positions" in expected[0][2]:
+            assert "PlainBuilder needs it (1 of the 1 consumers" in message
+        else:
+            assert "ABuilder and BBuilder need it (2 of the 2 consumers" in message
+
+
+GENERIC_RUNNER = """\
+    from pkg.record import CommonAttentionMetadata
+    from pkg.registry import BackendEnum
+
+
+    def _metadata(t, n):
+        return CommonAttentionMetadata(query_start_loc=t, num_reqs=n{passes})
+
+
+    def run(cfg, name, t, n):{setup}
+        builder = BackendEnum[name].value.get_builder_cls()(["l"], cfg)
+        return builder.build(_metadata(t, n))
+    """
+
+
+@pytest.mark.parametrize(
+    ("passes", "setup", "expected", "named"),
+    [
+        # any backend name: every candidate's need is required (the generic runner)
+        (
+            "",
+            "",
+            [("runner.py", "CAM001", ("seq_lens_cpu_upper_bound", "positions"))],
+            "ABuilder, BBuilder and PlainBuilder need it (3 of the 3 consumers)",
+        ),
+        (
+            ", positions=t",
+            "",
+            [("runner.py", "CAM001", ("seq_lens_cpu_upper_bound",))],
+            "ABuilder and BBuilder need it (2 of the 3 consumers); fine for PlainBuilder",
+        ),
+        (", positions=t, seq_lens_cpu_upper_bound=t", "", [], ""),
+        # decode-only batches: what the family reads on the prefill path only is not needed
+        (
+            "",
+            "\n        cfg.speculative_config = 1",
+            [("runner.py", "CAM001", ("positions",))],
+            "PlainBuilder needs it (1 of the 3 consumers); fine for ABuilder and BBuilder",
+        ),
+        (", positions=t", "\n        cfg.speculative_config = 1", [], ""),
+    ],
+)
+def test_a_run_time_site_is_judged_per_candidate(
+    tmp_path, write_tree, passes, setup, expected, named
+):
+    """No stub restricts the choice: the site is a finding when any candidate needs what it
+    lacks on a batch kind it builds (one candidate that does not read a field no longer
+    clears it), and the message names the candidates that need it and those it is fine for."""
+    runner = GENERIC_RUNNER.replace("{passes}", passes).replace("{setup}", setup)
+    found, report = _found(tmp_path, write_tree, {"benchmarks/runner.py": runner})
+    assert found == expected
+    if expected:
+        assert named in report.findings[0].message
 
 
 # ----------------------------------------------------------------- transformations
 
 CALLER = """\
+    from pkg.builders import ABuilder
     from pkg.record import CommonAttentionMetadata
 
 
-    def step(cam: CommonAttentionMetadata, n):
-        return cam.unpadded(n)
+    class Drafter:
+        def propose(self, common_attn_metadata: CommonAttentionMetadata):
+            return common_attn_metadata.query_start_loc[0]
+
+
+    class Runner:
+        def __init__(self):
+            self.builder = ABuilder([], None)
+            self.drafter = Drafter()
+
+        def _prepare(self, cam: CommonAttentionMetadata, n):
+            spec_cam = cam
+            if n:
+                spec_cam = cam.unpadded(n)
+            return cam, spec_cam
+
+        def step(self, cam: CommonAttentionMetadata, n):
+            main, spec_cam = self._prepare(cam, n)
+            self.builder.build(main)
+            return {handoff}
     """
 
 
 @pytest.mark.parametrize(
-    ("keep", "caller", "expected"),
+    ("keep", "handoff", "expected"),
     [
-        ("", True, [("record.py", "CAM001", ("seq_lens_cpu_upper_bound",))]),
-        ("\n            seq_lens_cpu_upper_bound=self.seq_lens_cpu_upper_bound,", True, []),
-        ("", False, []),  # nothing calls it
+        # the transformed record reaches the builder: what its build needs must come through
+        (
+            "",
+            "self.builder.build(spec_cam)",
+            [("record.py", "CAM001", ("seq_lens_cpu_upper_bound",))],
+        ),
+        (
+            "\n            seq_lens_cpu_upper_bound=self.seq_lens_cpu_upper_bound,",
+            "self.builder.build(spec_cam)",
+            [],
+        ),
+        # it reaches only the drafter, which does not need the dropped field: judged by its
+        # receivers, not by every builder's build (the main record goes to the builder)
+        ("", "self.drafter.propose(spec_cam)", []),
+        ("", None, []),  # nothing calls it
     ],
 )
-def test_transformation_of_the_record(tmp_path, write_tree, keep, caller, expected):
-    files = {"pkg/runner.py": CALLER} if caller else {}
+def test_transformation_of_the_record(tmp_path, write_tree, keep, handoff, expected):
+    files = {"pkg/runner.py": CALLER.replace("{handoff}", handoff)} if handoff else {}
     found, report = _found(tmp_path, write_tree, files, keep=keep)
     assert found == expected
     if expected:
-        assert (
-            "CommonAttentionMetadata.unpadded() is a transformation" in report.findings[0].message
-        )
+        message = report.findings[0].message
+        assert "(read by CommonBuilder.build)" in message  # where ABuilder.build is defined
+        assert "CommonAttentionMetadata.unpadded() is a transformation" in message
+        assert "its result reaches the consumer named" in message
