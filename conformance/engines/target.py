@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 from conformance.runs.names import junit_name
 from conformance.targets import BUILTIN_TARGETS, ENGINE, Target, engine_names
@@ -36,6 +37,10 @@ class EngineDetails:
     probe_modules: tuple[str, ...]
     """Modules that must import for the target to run; the first failure is the reason."""
     must_build: tuple[str, ...]
+    quiet_warnings: tuple[str, ...]
+    """pytest ``filterwarnings`` entries (regex module names) for the deprecation warnings the
+    engine's own stack raises as it imports; the engine tests' conftest adds them, so a run
+    shows the warnings of the code under test, not dozens of its dependencies'."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,12 @@ VLLM_DETAILS = EngineDetails(
         "vllm.v1.attention.backends.mla.cpu_mla",
     ),
     must_build=("TRITON_MLA", "CPU_MLA", "ROCM_AITER_MLA"),
+    quiet_warnings=(
+        # vLLM's import of flashinfer's CuTe DSL kernels (cutlass.utils.* renamed) and of
+        # torch.jit-scripted helpers; raised in the engine's stack, not in the suite
+        r"ignore::DeprecationWarning:(vllm|flashinfer|cutlass|torch\.jit)(\.|$)",
+        r"ignore::FutureWarning:(vllm|flashinfer|cutlass)(\.|$)",
+    ),
 )
 
 
@@ -129,3 +140,9 @@ def engine_target(name: str) -> EngineTarget:
 
 
 VLLM = engine_target("vllm")
+
+
+def add_warning_filters(config: Any, target: EngineTarget) -> None:
+    """Add `target`'s ``quiet_warnings`` to a pytest `config`'s ``filterwarnings``."""
+    for entry in target.quiet_warnings:
+        config.addinivalue_line("filterwarnings", entry)
