@@ -36,6 +36,7 @@ from conformance.ci.engine_options import (
     usage,
 )
 from conformance.ci.engine_report import audit_tree, disk_use, write_sidecar
+from conformance.engines.releases import write_manifest
 from conformance.engines.target import EngineTarget
 from conformance.runs.archive import archive_superseded
 from conformance.runs.names import PARTIAL_DIR as PARTIAL
@@ -172,7 +173,8 @@ def make_environment(
             what=f"{target.distribution} {options.version} for this platform/Python",
         )
         torch = tool.local_torch()
-        requirements = replace_pins(pinned_requirements(python, target), options.pins, log)
+        pins = (*target.release_pins(options.version), *options.pins)
+        requirements = replace_pins(pinned_requirements(python, target), pins, log)
         if torch:
             log(f"step 2/3: torch: the CPU wheel pip's find-links hold ({Path(torch).name})")
             tool.install(torch, what="the local CPU torch wheel")
@@ -254,9 +256,13 @@ def _usage_exit() -> None:
     atexit.register(_exit)
 
 
-def prepare(session: Any, target: EngineTarget) -> tuple[EngineOptions, str, str]:
-    """Check the arguments and make the environment: (options, its python, engine version)."""
-    options = parse_options(target, session.posargs)
+def prepare(
+    session: Any, target: EngineTarget, release: str | None = None
+) -> tuple[EngineOptions, str, str]:
+    """Check the arguments and make the environment: (options, its python, engine version);
+    a `release` of the matrix comes before the session's own arguments."""
+    fixed = [f"--{target.name}-version", release] if release else []
+    options = parse_options(target, [*fixed, *session.posargs])
     if options.show_usage:
         session.log(usage(target))
         session.skip("usage shown; nothing installed")
@@ -277,12 +283,12 @@ def prepare(session: Any, target: EngineTarget) -> tuple[EngineOptions, str, str
     return options, python, version
 
 
-def run_session(session: Any, target: EngineTarget) -> None:
+def run_session(session: Any, target: EngineTarget, *, release: str | None = None) -> None:
     """The whole engine session (`session` is nox's); a stop is one line via session.error
-    (a bad argument: exit 2)."""
+    (a bad argument: exit 2). A full run records its facts file in ``SHA256SUMS``."""
     started = time.monotonic()
     try:
-        options, python, version = prepare(session, target)
+        options, python, version = prepare(session, target, release)
     except EngineUsageError as error:
         _usage_exit()
         session.error(str(error))
@@ -319,8 +325,11 @@ def run_session(session: Any, target: EngineTarget) -> None:
         versions=versions,
         exitstatus=code,
         selection=reason,
-        pins=options.pins,
+        pins=(*target.release_pins(version), *options.pins),
     )
+    if reason is None and code == 0 and facts_file.exists():
+        manifest = write_manifest(FACTS_DIR, [facts_file.name])
+        session.log(f"facts checksum recorded in {manifest}")
     session.log(f"JUnit report ({'partial' if reason else 'full'}): {junit}; facts: {facts_file}")
     audit = audit_tree(options.tree, facts_file, session.log) if options.tree else 0
     elapsed = time.monotonic() - started

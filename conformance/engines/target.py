@@ -38,6 +38,9 @@ class EngineDetails:
     """Modules that must import for the target to run; the first failure is the reason."""
     must_build: tuple[str, ...]
     quiet_warnings: tuple[str, ...]
+    releases: Mapping[str, tuple[str, ...]]
+    """The release matrix: each release the driver is measured on, with its own pins
+    (``NAME==VERSION`` in place of the release's pin of NAME, as ``--pin``)."""
     """pytest ``filterwarnings`` entries (regex module names) for the deprecation warnings the
     engine's own stack raises as it imports; the engine tests' conftest adds them, so a run
     shows the warnings of the code under test, not dozens of its dependencies'."""
@@ -73,6 +76,10 @@ class EngineTarget(EngineDetails):
     def junit(self) -> str:
         """The JUnit file name under reports/junit/."""
         return junit_name(self.name, None)
+
+    def release_pins(self, version: str) -> tuple[str, ...]:
+        """The pins the release matrix gives `version` (none for a release it does not list)."""
+        return tuple(self.releases.get(version, ()))
 
     def facts_file(self, version: str) -> str:
         """The facts file name under reports/engines/."""
@@ -124,6 +131,17 @@ VLLM_DETAILS = EngineDetails(
         r"ignore::DeprecationWarning:(vllm|flashinfer|cutlass|torch\.jit)(\.|$)",
         r"ignore::FutureWarning:(vllm|flashinfer|cutlass)(\.|$)",
     ),
+    releases={
+        # 0.30.0 requires transformers>=5.10.4 unbounded: the newest (5.25) imports the
+        # `kernels` distribution, whose name the suite's own kernels/ package shadows;
+        # 5.17.0 is what 0.31.0 (<5.18.0) resolves to
+        "0.30.0": ("transformers==5.17.0",),
+        "0.31.0": (),
+        "0.32.0": (),
+        "0.33.0": (),
+        # 0.34.0 pins flashinfer-python==0.7.3, which the package index does not hold
+        "0.34.0": ("flashinfer-python==0.7.4",),
+    },
 )
 
 

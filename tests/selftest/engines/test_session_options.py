@@ -144,10 +144,18 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]) -> _S
     """The session over a two-test engine folder, with this interpreter as its python."""
     tests = tmp_path / "engine_tests"
     tests.mkdir(exist_ok=True)
-    (tests / "test_two.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
+    (tests / "test_two.py").write_text(
+        "import os\n\n"
+        "def test_one():\n"
+        "    with open(os.environ['MLA_ENGINE_FACTS'], 'w') as f:\n"
+        "        f.write('{}')\n\n"
+        "def test_two():\n    pass\n"
+    )
     target = dataclasses.replace(VLLM, tests=str(tests))
     options = EngineOptions("0.33.0", False, None, tuple(args))
-    monkeypatch.setattr(engine_session, "prepare", lambda s, t: (options, sys.executable, "0.33.0"))
+    monkeypatch.setattr(
+        engine_session, "prepare", lambda s, t, r: (options, sys.executable, "0.33.0")
+    )
     session = _Session(tmp_path)
     engine_session.run_session(session, target)
     return session
@@ -170,3 +178,33 @@ def test_a_selection_writes_a_partial_report_and_keeps_the_full_one(
     assert not (tmp_path / "reports" / "previous").exists()
     full_sidecar = json.loads(full.with_name("vllm.meta.json").read_text())
     assert full_sidecar["selection"] == "full" and full_sidecar["counts"]["tests"] == 2
+
+
+def test_a_full_run_records_its_facts_checksum_and_a_partial_one_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conformance.engines.releases import MANIFEST, manifest_problems, read_manifest
+
+    monkeypatch.chdir(tmp_path)
+    _run(tmp_path, monkeypatch, [])
+    engines = tmp_path / "reports" / "engines"
+    assert list(read_manifest(engines)) == ["vllm-0.33.0.facts.json"]
+    assert manifest_problems(engines) == []
+    manifest = (engines / MANIFEST).read_bytes()
+    _run(tmp_path, monkeypatch, ["-k", "one"])
+    assert (engines / MANIFEST).read_bytes() == manifest
+    assert (engines / "partial" / "vllm-0.33.0.facts.json").is_file()
+
+
+def test_a_release_of_the_matrix_brings_its_own_pins() -> None:
+    from conformance.ci.engine_session import replace_pins
+
+    assert VLLM.release_pins("0.30.0") == ("transformers==5.17.0",)
+    assert VLLM.release_pins("0.34.0") == ("flashinfer-python==0.7.4",)
+    assert VLLM.release_pins("0.33.1") == ()
+    pins = (*VLLM.release_pins("0.30.0"), "transformers==5.16.0")  # the user's --pin wins
+    said: list[str] = []
+    assert replace_pins(["transformers>=5.10.4", "torch==2.11.0"], pins, said.append) == [
+        "transformers==5.16.0",
+        "torch==2.11.0",
+    ]

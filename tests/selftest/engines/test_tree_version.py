@@ -53,9 +53,7 @@ except Exception as e:
             "vllm.egg-info/PKG-INFO",
         ),
         (
-            {
-                "vllm-0.34.0.dist-info/METADATA": "Metadata-Version: 2.4\nName: vllm\nVersion: 0.34.0\n"
-            },
+            {"vllm-0.34.0.dist-info/METADATA": "Name: vllm\nVersion: 0.34.0\n"},
             "0.34.0",
             "vllm-0.34.0.dist-info/METADATA",
         ),
