@@ -70,3 +70,44 @@ def test_the_suite_s_own_deprecations_still_show(pytester: pytest.Pytester, modu
 
 def test_the_filters_are_the_targets() -> None:
     assert VLLM.quiet_warnings and all(f.startswith("ignore::") for f in VLLM.quiet_warnings)
+
+
+KNOWN = {"test_known.py::test_drops[unpadded]": "backend.py: unpadded() drops the field"}
+
+
+def _known(pytester: pytest.Pytester, body: str) -> pytest.RunResult:
+    pytester.makeconftest(
+        f"""
+        from conformance.engines.target import mark_known_findings
+
+        def pytest_collection_modifyitems(config, items):
+            assert mark_known_findings(items, {KNOWN!r}) == []
+        """
+    )
+    pytester.makepyfile(
+        test_known=f"""
+        import pytest
+
+        @pytest.mark.parametrize("name", ["unpadded", "replace"])
+        def test_drops(name):
+            {body}
+        """
+    )
+    return pytester.runpytest("-p", "no:cacheprovider", "-rxX")
+
+
+def test_a_release_s_known_finding_runs_as_a_strict_xfail(pytester: pytest.Pytester) -> None:
+    result = _known(pytester, "assert name != 'unpadded', 'unpadded drops it'")
+    result.assert_outcomes(passed=1, xfailed=1)
+    assert "known finding: backend.py: unpadded() drops the field" in result.stdout.str()
+
+
+def test_a_known_finding_that_no_longer_fails_fails_the_run(pytester: pytest.Pytester) -> None:
+    _known(pytester, "pass").assert_outcomes(passed=1, failed=1)
+
+
+def test_known_findings_of_no_collected_test_are_returned() -> None:
+    from conformance.engines.target import mark_known_findings
+
+    assert mark_known_findings([], KNOWN) == list(KNOWN)
+    assert VLLM.known_findings("0.29.0") and not VLLM.known_findings("0.33.0")
