@@ -117,6 +117,24 @@ def standin() -> AiterStandin:
     return _STANDIN
 
 
+def prefill_backend_class() -> type:
+    """vLLM's CPU prefill backend (``CPUSDPAMLAPrefillBackend``); on a release without one
+    (0.28.0), a subclass of vLLM's own ``MLAPrefillBackend`` whose kernels are not implemented:
+    a metadata builder uses only the base class's ``clone`` and ``prepare_metadata``."""
+    try:
+        from vllm.v1.attention.backends.mla.prefill.cpu_sdpa import CPUSDPAMLAPrefillBackend
+    except ModuleNotFoundError:
+        from vllm.v1.attention.backends.mla.prefill.base import MLAPrefillBackend
+
+        def not_here(*args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError("this vLLM release has no CPU prefill backend")
+
+        methods = {name: staticmethod(not_here) for name in MLAPrefillBackend.__abstractmethods__}
+        methods["get_name"] = staticmethod(lambda: "CONFORMANCE_BUILDER_ONLY")
+        return type("BuilderOnlyPrefillBackend", (MLAPrefillBackend,), methods)
+    return CPUSDPAMLAPrefillBackend
+
+
 def speculative_config(config: Any, tokens: int) -> Any:
     """vLLM's own n-gram `SpeculativeConfig` proposing `tokens` tokens (no draft model): a
     spec-as-decode builder then plans ``1 + tokens`` query tokens per request as a decode."""
@@ -181,11 +199,9 @@ class VllmEngine:
 
     def make_layer(self, *, omit: Iterable[str] = ()) -> EngineLayer:
         """A layer with the five dims and a real prefill backend, less `omit`."""
-        from vllm.v1.attention.backends.mla.prefill.cpu_sdpa import CPUSDPAMLAPrefillBackend
-
         layer = EngineLayer()
         values: dict[str, Any] = {name: getattr(DIMS, name) for name in DIM_NAMES}
-        values["prefill_backend"] = CPUSDPAMLAPrefillBackend(
+        values["prefill_backend"] = prefill_backend_class()(
             num_heads=self.heads,
             scale=DIMS.qk_head_dim**-0.5,
             kv_lora_rank=DIMS.kv_lora_rank,
