@@ -34,6 +34,24 @@ def junit_counts(path: Path) -> dict[str, int]:
     return counts
 
 
+def environment_versions(python: str, target: EngineTarget) -> dict[str, str | None]:
+    """Versions of the engine, torch and triton in the engine's environment."""
+    names = [target.distribution, "torch", "triton", "transformers", "flashinfer-python"]
+    code = (
+        "import importlib.metadata as m, json\n"
+        "def v(n):\n"
+        "    try:\n"
+        "        return m.version(n)\n"
+        "    except m.PackageNotFoundError:\n"
+        "        return None\n"
+        f"print(json.dumps({{n: v(n) for n in {names!r}}}))"
+    )
+    result = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    if result.returncode or not result.stdout.strip():
+        return {}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def write_sidecar(
     junit: Path,
     facts_file: Path,

@@ -6,8 +6,12 @@ then torch (a CPU wheel where pip's find-links hold one, else the engine's own p
 distributions its modules import on a CPU at the engine's own pins; probe the modules the
 target needs; run its tests (JUnit ``reports/junit/<name>.xml`` and a ``.meta.json``
 sidecar); write the facts file under ``reports/engines/``; print the wall time and the
-environment's disk use. ``-- --tree PATH`` then audits that tree with the facts. Anything
-that stops the run is one line (`EngineSessionError`), never a traceback.
+environment's disk use; a full run records the facts file's sha256 in
+``reports/engines/SHA256SUMS``. ``-- --tree PATH`` then audits that tree with the facts. A
+selection (``-k``, node ids) writes under ``reports/junit/partial/`` and
+``reports/engines/partial/`` instead. Anything that stops the run is one line
+(`EngineSessionError`; a bad argument, `EngineUsageError`, exits 2), never a traceback.
+Arguments: `conformance.ci.engine_options`; what the run leaves: `conformance.ci.engine_report`.
 """
 
 from __future__ import annotations
@@ -35,7 +39,12 @@ from conformance.ci.engine_options import (
     selection_reason,
     usage,
 )
-from conformance.ci.engine_report import audit_tree, disk_use, write_sidecar
+from conformance.ci.engine_report import (
+    audit_tree,
+    disk_use,
+    environment_versions,
+    write_sidecar,
+)
 from conformance.engines.releases import write_manifest
 from conformance.engines.target import EngineTarget
 from conformance.runs.archive import archive_superseded
@@ -214,22 +223,6 @@ def make_environment(
     if code:
         raise EngineSessionError(f"{target.name} {version}: {error}")
     return version
-
-
-def environment_versions(python: str, target: EngineTarget) -> dict[str, str | None]:
-    """Versions of the engine, torch and triton in the engine's environment."""
-    names = [target.distribution, "torch", "triton", "transformers", "flashinfer-python"]
-    code = (
-        "import importlib.metadata as m, json\n"
-        "def v(n):\n"
-        "    try:\n"
-        "        return m.version(n)\n"
-        "    except m.PackageNotFoundError:\n"
-        "        return None\n"
-        f"print(json.dumps({{n: v(n) for n in {names!r}}}))"
-    )
-    status, text = _query(python, code)
-    return json.loads(text) if status == 0 else {}
 
 
 def uv_binary(venv_backend: str | None) -> str | None:
