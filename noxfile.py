@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from conformance.ci import installer, sessions  # noqa: E402
+from conformance.engines.target import VLLM  # noqa: E402
 from conformance.harness.plugins_env import install_plugins  # noqa: E402
 from conformance.harness.pytest_plugins import isolated_plugins, needed_packages  # noqa: E402
 from conformance.runs.environment import BACKEND_VARIABLE, gpu_count  # noqa: E402
@@ -50,6 +51,7 @@ nox.needs_version = ">=2025.02.09"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = [*default_names(), "signoff"]
+VLLM_RELEASES = tuple(VLLM.releases)  # the release matrix (`nox -s vllm_release`)
 
 CPU, GPU, TESTS, LINT = (f"requirements/{name}.txt" for name in ("cpu", "gpu", "tests", "lint"))
 GPU_SESSION = {"venv_params": ["--system-site-packages"]}
@@ -244,6 +246,20 @@ def vllm(session: nox.Session) -> None:
     from conformance.engines.target import engine_target
 
     run_session(session, engine_target("vllm"))
+
+
+@nox.session(tags=["engine-release"])
+@nox.parametrize("release", list(VLLM_RELEASES))
+def vllm_release(session: nox.Session, release: str) -> None:
+    """One release of vLLM's release matrix: its facts into reports/engines/ (SHA256SUMS).
+
+    ``nox -s vllm_release`` runs every release of the matrix, each in its own environment
+    with its own pins (`EngineDetails.releases`); other arguments go as to ``nox -s vllm``.
+    """
+    from conformance.ci.engine_session import run_session
+    from conformance.engines.target import engine_target
+
+    run_session(session, engine_target("vllm"), release=release)
 
 
 @nox.session

@@ -226,7 +226,7 @@ BUILTIN_TARGETS: dict[str, Target] = {
                 "TRITON_INTERPRET": "1",
             },
             version="0.33.0",
-            min_version="0.33.0",
+            min_version="0.28.0",
             below_version="0.35.0",
             details="conformance.engines.target:VLLM_DETAILS",
         ),

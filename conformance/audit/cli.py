@@ -12,16 +12,19 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from conformance.audit.baseline import BaselineError, write_baseline
 from conformance.audit.config import Config, ConfigError, find_pyproject, load_config, merge
 from conformance.audit.engine import AUDITS, run_audit
 from conformance.audit.findings import SEVERITIES
 from conformance.audit.loader import Options, default_cache_dir
-from conformance.audit.measured import ENGINE, tree_version
+from conformance.audit.measured import ENGINE
 from conformance.audit.protocol import ProtocolFileError
 from conformance.audit.tree import AuditPathError
 from conformance.engines.facts import EngineFacts, FactsError, check_version, read_facts
+from conformance.engines.releases import choose_facts
+from conformance.engines.tree import TreeVersion, tree_version
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--facts",
         metavar="FILE",
         help="judge stubs and construction sites by the facts an engine target measured "
-        "(the facts' vLLM version must be the tree's)",
+        "(the facts' vLLM version must be the tree's); a folder (reports/engines): its facts "
+        "of the tree's release, or a note that it has none",
     )
     add(
         "--jobs",
@@ -120,20 +124,29 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def _facts(args: argparse.Namespace) -> EngineFacts | None:
-    """The ``--facts`` file, read, checked and matched to the tree's version."""
+    """The ``--facts`` file (or, for a folder, its file of the tree's release), read, checked
+    and matched to the tree's version."""
     path = getattr(args, "facts", None)
     if not path:
         return None
+    tree = tree_version(args.paths[0], ENGINE) if args.paths else TreeVersion(None, None)
+    where = f"read from {tree.source}" if tree.source else ""
+    if os.path.isdir(path):
+        choice = choose_facts(Path(path), ENGINE, tree.version, where)
+        if choice.path is None:
+            print(f"audit: note: {choice.note}", file=sys.stderr)
+            return None
+        path = os.fspath(choice.path)
+        print(f"audit: judging {ENGINE} {tree.version} ({where}) by {path}", file=sys.stderr)
     facts = read_facts(path)
-    version, _ = tree_version(args.paths)
-    if version is None:
+    if tree.version is None:
         print(
-            f"audit: note: the tree's {ENGINE} version is unknown (no vllm/_version.py, "
-            f"PKG-INFO or pyproject.toml version); judging it by {path}, measured on "
-            f"{facts.engine} {facts.version}",
+            f"audit: note: the tree's {ENGINE} version is unknown (no {ENGINE}/_version.py, "
+            f"version.py, PKG-INFO, dist-info or pyproject.toml version); judging it by {path}, "
+            f"measured on {facts.engine} {facts.version}",
             file=sys.stderr,
         )
-    check_version(facts, engine=ENGINE, version=version, source=path)
+    check_version(facts, engine=ENGINE, version=tree.version, source=path)
     return facts
 
 

@@ -18,44 +18,12 @@ measured builder maps to (or only builders that did not run) is judged staticall
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Sequence
 
 from conformance.audit.index import Index, Target
 from conformance.engines.facts import BATCH_KINDS, BuilderFacts, EngineFacts
 
 ENGINE = "vllm"
-_VERSION_PY = re.compile(
-    r"""^__version__\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M
-)
-_PKG_INFO = re.compile(r"^Version:\s*(\S+)", re.M)
-_PYPROJECT = re.compile(r"""^version\s*=\s*['"]([^'"]+)['"]""", re.M)
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read(65536)
-    except OSError:
-        return ""
-
-
-def tree_version(paths: Sequence[str | os.PathLike[str]]) -> tuple[str | None, str]:
-    """(the vLLM version of the tree at the first PATH, or None; where it was read)."""
-    if not paths:
-        return None, ""
-    root = os.fspath(paths[0])
-    root = root if os.path.isdir(root) else os.path.dirname(root)
-    for name, pattern in (
-        ("vllm/_version.py", _VERSION_PY),
-        ("PKG-INFO", _PKG_INFO),
-        ("pyproject.toml", _PYPROJECT),
-    ):
-        match = pattern.search(_read(os.path.join(root, name)))
-        if match:
-            return match.group(1), name
-    return None, ""
 
 
 def short(error: str, limit: int = 90) -> str:

@@ -6,14 +6,17 @@ then torch (a CPU wheel where pip's find-links hold one, else the engine's own p
 distributions its modules import on a CPU at the engine's own pins; probe the modules the
 target needs; run its tests (JUnit ``reports/junit/<name>.xml`` and a ``.meta.json``
 sidecar); write the facts file under ``reports/engines/``; print the wall time and the
-environment's disk use. ``-- --tree PATH`` then audits that tree with the facts. Anything
-that stops the run is one line (`EngineSessionError`), never a traceback.
+environment's disk use; a full run records the facts file's sha256 in
+``reports/engines/SHA256SUMS``. ``-- --tree PATH`` then audits that tree with the facts. A
+selection (``-k``, node ids) writes under ``reports/junit/partial/`` and
+``reports/engines/partial/`` instead. Anything that stops the run is one line
+(`EngineSessionError`; a bad argument, `EngineUsageError`, exits 2), never a traceback.
+Arguments: `conformance.ci.engine_options`; what the run leaves: `conformance.ci.engine_report`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
+import atexit
 import json
 import os
 import re
@@ -22,86 +25,36 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from conformance.ci import installer
+from conformance.ci.engine_options import (
+    USAGE_EXIT,
+    EngineOptions,
+    EngineSessionError,
+    EngineUsageError,
+    check_interpreter_version,
+    parse_options,
+    selection_reason,
+    usage,
+)
+from conformance.ci.engine_report import (
+    audit_tree,
+    disk_use,
+    environment_versions,
+    write_sidecar,
+)
+from conformance.engines.releases import write_manifest
 from conformance.engines.target import EngineTarget
 from conformance.runs.archive import archive_superseded
+from conformance.runs.names import PARTIAL_DIR as PARTIAL
+from conformance.runs.names import partial_junit_path
 
 REPORTS = Path("reports")
 JUNIT_DIR = REPORTS / "junit"
 FACTS_DIR = REPORTS / "engines"
 FACTS_ENV = "MLA_ENGINE_FACTS"
-
-
-class EngineSessionError(RuntimeError):
-    """Why the engine session cannot go on, in one line."""
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    version: str
-    from_interpreter: bool
-    tree: Path | None
-    pytest_args: tuple[str, ...]
-    show_usage: bool = False
-    pins: tuple[str, ...] = ()
-
-
-def usage(target: EngineTarget) -> str:
-    """What ``nox -s <name> -- --help`` prints (before anything is installed)."""
-    name = target.name
-    return "\n".join(
-        [
-            f"usage: nox -s {name} -- [--{name}-version X | --{name}-from-interpreter]"
-            " [--tree PATH] [PYTEST ARGS]",
-            f"  --{name}-version X          the release to install (default"
-            f" {target.default_version}; supported: >= {target.record.min_version},"
-            f" < {target.record.below_version})",
-            f"  --{name}-from-interpreter   the {name} of the interpreter that runs nox",
-            "  --pin NAME==VERSION       replace the release's own pin of NAME (one the package"
-            " index cannot satisfy); recorded in the sidecar",
-            "  --tree PATH               then audit the source tree at PATH with the facts"
-            " just measured",
-            f"  anything else goes to pytest ({target.tests}); see docs/engines.md",
-        ]
-    )
-
-
-def parse_options(target: EngineTarget, posargs: Sequence[str]) -> EngineOptions:
-    """``--<name>-version X``, ``--<name>-from-interpreter``, ``--tree PATH``, ``-h``/``--help``
-    (usage only); the rest goes to pytest."""
-    version, from_interpreter, tree, rest = target.default_version, False, None, []
-    pins: list[str] = []
-    args = list(posargs)
-    while args:
-        arg = args.pop(0)
-        key, _, value = arg.partition("=")
-        if key in (f"--{target.name}-version", "--tree", "--pin") and not value:
-            if not args:
-                raise EngineSessionError(f"{key} needs a value")
-            value = args.pop(0)
-        if key == f"--{target.name}-version":
-            version = value
-        elif key == "--tree":
-            tree = Path(value)
-            if not tree.is_dir():
-                raise EngineSessionError(f"--tree {value}: not a directory")
-        elif key == "--pin":
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+", value):
-                raise EngineSessionError(f"--pin {value!r}: expected NAME==VERSION")
-            pins.append(value)
-        elif arg == f"--{target.name}-from-interpreter":
-            from_interpreter = True
-        elif arg in ("-h", "--help"):
-            return EngineOptions(version, from_interpreter, tree, (), show_usage=True)
-        else:
-            rest.append(arg)
-    if not from_interpreter and not re.fullmatch(r"\d+(\.\d+)*([a-z0-9.+-]*)", version):
-        raise EngineSessionError(f"--{target.name}-version {version!r}: not a release number")
-    return EngineOptions(version, from_interpreter, tree, tuple(rest), pins=tuple(pins))
 
 
 def _stream(command: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str]:
@@ -203,11 +156,20 @@ def _normal(name: str) -> str:
 
 
 def make_environment(
-    target: EngineTarget, options: EngineOptions, python: str, uv: str | None, log: Any
+    target: EngineTarget,
+    options: EngineOptions,
+    python: str,
+    uv: str | None,
+    log: Any,
+    *,
+    install: bool = True,
 ) -> str:
-    """Install the engine into the session's environment; returns the installed version."""
+    """Install the engine into the session's environment (unless not `install`); returns the
+    version the environment imports."""
     tool = Installer(python, uv)
     if options.from_interpreter:
+        log(f"installing nothing: the interpreter's own {target.name} is used")
+    elif not install:
         log(f"installing nothing: the environment's own {target.name} is used")
     else:
         reason = target.supports(options.version)
@@ -220,7 +182,8 @@ def make_environment(
             what=f"{target.distribution} {options.version} for this platform/Python",
         )
         torch = tool.local_torch()
-        requirements = replace_pins(pinned_requirements(python, target), options.pins, log)
+        pins = (*target.release_pins(options.version), *options.pins)
+        requirements = replace_pins(pinned_requirements(python, target), pins, log)
         if torch:
             log(f"step 2/3: torch: the CPU wheel pip's find-links hold ({Path(torch).name})")
             tool.install(torch, what="the local CPU torch wheel")
@@ -239,6 +202,11 @@ def make_environment(
     )
     if code:
         raise EngineSessionError(f"no {target.name} in this environment: {version}")
+    if options.version_given and version != options.version:
+        raise EngineUsageError(
+            f"--{target.name}-version {options.version}: the environment holds {target.name} "
+            f"{version} (nox -R reuses it as installed; run without -R to install it)"
+        )
     reason = target.supports(version)
     if reason:
         raise EngineSessionError(reason)
@@ -257,104 +225,6 @@ def make_environment(
     return version
 
 
-def junit_counts(path: Path) -> dict[str, int]:
-    """tests, failures, errors, skipped of a JUnit file (zeros if unreadable)."""
-    import xml.etree.ElementTree as ET
-
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return counts
-    for suite in [root] if root.tag == "testsuite" else root.iter("testsuite"):
-        for key in counts:
-            counts[key] += int(suite.get(key, 0))
-    return counts
-
-
-def environment_versions(python: str, target: EngineTarget) -> dict[str, str | None]:
-    """Versions of the engine, torch and triton in the engine's environment."""
-    names = [target.distribution, "torch", "triton", "transformers", "flashinfer-python"]
-    code = (
-        "import importlib.metadata as m, json\n"
-        "def v(n):\n"
-        "    try:\n"
-        "        return m.version(n)\n"
-        "    except m.PackageNotFoundError:\n"
-        "        return None\n"
-        f"print(json.dumps({{n: v(n) for n in {names!r}}}))"
-    )
-    status, text = _query(python, code)
-    return json.loads(text) if status == 0 else {}
-
-
-def write_sidecar(
-    junit: Path,
-    facts_file: Path,
-    *,
-    target: EngineTarget,
-    version: str,
-    versions: Mapping[str, str | None],
-    exitstatus: int,
-    partial: bool,
-    pins: Sequence[str] = (),
-) -> None:
-    """The run's ``.meta.json``: provenance naming the engine release and the builders run."""
-    from conformance.runs.provenance import run_facts
-    from conformance.runs.sidecar import SIDECAR_FORMAT
-    from conformance.runs.sidecar import write_sidecar as write_run_sidecar
-
-    builders: dict[str, Any] = {}
-    if facts_file.exists():
-        facts = json.loads(facts_file.read_text(encoding="utf-8"))
-        builders = {n: b["status"] for n, b in facts.get("builders", {}).items()}
-    document = {
-        "format": SIDECAR_FORMAT,
-        "backend": target.name,
-        "kind": target.record.kind,
-        "engine": {
-            "name": target.name,
-            "version": version,
-            "builders": builders,
-            "pins_replaced": list(pins),
-        },
-        "junit": junit.name,
-        "junit_sha256": hashlib.sha256(junit.read_bytes()).hexdigest() if junit.exists() else None,
-        "shard": None,
-        "selection": "full" if not partial else "partial",
-        "device_kind": target.device_kind,
-        "finished": True,
-        "exitstatus": exitstatus,
-        "facts": facts_file.as_posix(),
-        "counts": junit_counts(junit),
-        **run_facts(target.device_kind, Path.cwd()),
-        "versions": dict(versions),  # the engine's environment, not the interpreter running nox
-    }
-    write_run_sidecar(junit, document)
-
-
-def disk_use(path: Path) -> int:
-    """Bytes under `path` (files only, links not followed)."""
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
-def audit_tree(tree: Path, facts_file: Path, log: Any) -> int:
-    """``python -m conformance audit TREE --facts FILE``: its output, and its exit code."""
-    command = [sys.executable, "-m", "conformance", "audit", str(tree), "--facts", str(facts_file)]
-    log(" ".join(["python", *command[1:]]))
-    result = subprocess.run(command, capture_output=True, text=True)
-    sys.stdout.write(result.stdout)
-    sys.stderr.write(result.stderr)
-    return result.returncode
-
-
 def uv_binary(venv_backend: str | None) -> str | None:
     """The uv nox uses, where the session's environment was made with uv."""
     if venv_backend != "uv":
@@ -368,30 +238,63 @@ def uv_binary(venv_backend: str | None) -> str | None:
     return path if found else shutil.which("uv")
 
 
-def run_session(session: Any, target: EngineTarget) -> None:
-    """The whole engine session (`session` is nox's); a stop is one line via session.error."""
+def _usage_exit() -> None:
+    """Make nox's process end with the usage status once nox has printed its summary."""
+
+    def _exit() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(USAGE_EXIT)
+
+    atexit.register(_exit)
+
+
+def prepare(
+    session: Any, target: EngineTarget, release: str | None = None
+) -> tuple[EngineOptions, str, str]:
+    """Check the arguments and make the environment: (options, its python, engine version);
+    a `release` of the matrix comes before the session's own arguments."""
+    fixed = [f"--{target.name}-version", release] if release else []
+    options = parse_options(target, [*fixed, *session.posargs])
+    if options.show_usage:
+        session.log(usage(target))
+        session.skip("usage shown; nothing installed")
+    python = str(Path(session.bin) / "python")
+    origin = None
+    if options.from_interpreter:
+        found, origin = interpreter_engine(target)
+        check_interpreter_version(target, options, found)
+        reach_interpreter(python)
+    reused = _reused_without_install(session) and not options.from_interpreter
+    if reused:
+        session.log(f"nox -R: the environment's {target.name} is used as installed")
+    version = make_environment(
+        target, options, python, uv_binary(session.venv_backend), session.log, install=not reused
+    )
+    if origin is not None:
+        same_engine(python, target, origin)
+    return options, python, version
+
+
+def run_session(session: Any, target: EngineTarget, *, release: str | None = None) -> None:
+    """The whole engine session (`session` is nox's); a stop is one line via session.error
+    (a bad argument: exit 2). A full run records its facts file in ``SHA256SUMS``."""
     started = time.monotonic()
     try:
-        options = parse_options(target, session.posargs)
-        if options.show_usage:
-            session.log(usage(target))
-            session.skip("usage shown; nothing installed")
-        python = str(Path(session.bin) / "python")
-        if options.from_interpreter:
-            reach_interpreter(python)
-        if _reused_without_install(session) and not options.from_interpreter:
-            session.log(f"nox -R: the environment's {target.name} is used as installed")
-            options = dataclasses.replace(options, from_interpreter=True)
-        version = make_environment(
-            target, options, python, uv_binary(session.venv_backend), session.log
-        )
+        options, python, version = prepare(session, target, release)
+    except EngineUsageError as error:
+        _usage_exit()
+        session.error(str(error))
     except EngineSessionError as error:
         session.error(str(error))
-    JUNIT_DIR.mkdir(parents=True, exist_ok=True)
-    FACTS_DIR.mkdir(parents=True, exist_ok=True)
-    junit = JUNIT_DIR / target.junit
-    facts_file = FACTS_DIR / target.facts_file(version)
-    moved = archive_superseded(junit, target.name, None)
+    reason = selection_reason(target, options.pytest_args)
+    junit, facts_file = JUNIT_DIR / target.junit, FACTS_DIR / target.facts_file(version)
+    if reason is not None:
+        junit, facts_file = partial_junit_path(junit), FACTS_DIR / PARTIAL / facts_file.name
+        session.log(f"partial selection ({reason}): the full report and facts stay as they are")
+    junit.parent.mkdir(parents=True, exist_ok=True)
+    facts_file.parent.mkdir(parents=True, exist_ok=True)
+    moved = archive_superseded(junit, target.name, None) if reason is None else None
     if moved is not None and facts_file.exists():
         shutil.move(str(facts_file), moved / facts_file.name)
     if moved is not None:
@@ -414,10 +317,13 @@ def run_session(session: Any, target: EngineTarget) -> None:
         version=version,
         versions=versions,
         exitstatus=code,
-        partial=bool(options.pytest_args),
-        pins=options.pins,
+        selection=reason,
+        pins=(*target.release_pins(version), *options.pins),
     )
-    session.log(f"JUnit report: {junit}; facts: {facts_file}")
+    if reason is None and code == 0 and facts_file.exists():
+        manifest = write_manifest(FACTS_DIR, [facts_file.name])
+        session.log(f"facts checksum recorded in {manifest}")
+    session.log(f"JUnit report ({'partial' if reason else 'full'}): {junit}; facts: {facts_file}")
     audit = audit_tree(options.tree, facts_file, session.log) if options.tree else 0
     elapsed = time.monotonic() - started
     size = disk_use(Path(session.virtualenv.location))
@@ -441,12 +347,49 @@ def _reused_without_install(session: Any) -> bool:
     )
 
 
+def interpreter_engine(target: EngineTarget) -> tuple[str, str]:
+    """(version, package folder) of the engine of the interpreter running nox; one line if
+    it has none."""
+    code = (
+        "import importlib.metadata as m, importlib.util as u, os; "
+        f"s = u.find_spec({target.distribution!r}); "
+        f"print(m.version({target.distribution!r}), os.path.dirname(s.origin))"
+    )
+    status, text = _query(sys.executable, code)
+    if status or " " not in text:
+        raise EngineSessionError(
+            f"--{target.name}-from-interpreter: the interpreter running nox ({sys.executable}) "
+            f"has no {target.distribution}; install it there, or use --{target.name}-version X"
+        )
+    version, _, origin = text.partition(" ")
+    return version, origin
+
+
+def same_engine(python: str, target: EngineTarget, origin: str) -> None:
+    """Refuse an environment that imports another copy of the engine than `origin`."""
+    code = (
+        "import importlib.util as u, os; "
+        f"print(os.path.dirname(u.find_spec({target.distribution!r}).origin))"
+    )
+    status, found = _query(python, code)
+    if status or os.path.realpath(found) != os.path.realpath(origin):
+        raise EngineSessionError(
+            f"--{target.name}-from-interpreter: the session imports {target.distribution} from "
+            f"{found or 'nowhere'}, not the interpreter's {origin}"
+        )
+
+
 def reach_interpreter(python: str) -> None:
-    """Let the environment see the packages of the interpreter running nox (``.pth``)."""
+    """Let the environment import the packages of the interpreter running nox *before* its
+    own (``.pth``): whatever an earlier run installed there never shadows them."""
     import site
 
     code, purelib = _query(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     if code:
         raise EngineSessionError(f"cannot read the session's site-packages: {purelib}")
-    paths = [*site.getsitepackages(), site.getusersitepackages()]
-    Path(purelib, "_engine_interpreter_site.pth").write_text("\n".join(paths) + "\n", "utf-8")
+    paths = [p for p in [*site.getsitepackages(), site.getusersitepackages()] if p != purelib]
+    line = (
+        f"import sys; _own = {purelib!r}; _at = sys.path.index(_own) if _own in sys.path "
+        f"else len(sys.path); sys.path[_at:_at] = [p for p in {paths!r} if p not in sys.path]"
+    )
+    Path(purelib, "_engine_interpreter_site.pth").write_text(line + "\n", "utf-8")

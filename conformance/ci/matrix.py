@@ -125,6 +125,39 @@ def build_matrix(sessions: Any, shard_counts: Mapping[str, int]) -> dict[str, li
     return {"include": include}
 
 
+RELEASE_TAG = "engine-release"
+RELEASE_TIMEOUT_MINUTES = 45
+
+
+def release_matrix(sessions: Any) -> dict[str, list[dict[str, Any]]]:
+    """The engine release matrix: one job per session tagged ``engine-release`` (one release
+    of an engine, ``vllm_release(release='0.33.0')``), uploading its facts file."""
+    if not isinstance(sessions, list):
+        raise MatrixError("nox --json -l output is not a JSON list")
+    include = []
+    for entry in sessions:
+        if not isinstance(entry, Mapping) or RELEASE_TAG not in (entry.get("tags") or []):
+            continue
+        spec = entry.get("call_spec") or {}
+        release = str(spec.get("release", "")) if isinstance(spec, Mapping) else ""
+        engine = str(entry.get("name", "")).removesuffix("_release")
+        if not release:
+            raise MatrixError(f"nox session {entry.get('session')!r}: no release parameter")
+        include.append(
+            {
+                "name": f"{engine} {release}",
+                "session": entry["session"],
+                "release": release,
+                "runs_on": DEFAULT_RUNNER,
+                "timeout_minutes": RELEASE_TIMEOUT_MINUTES,
+                "artifact": f"engine-facts-{engine}-{release}",
+            }
+        )
+    if not include:
+        raise MatrixError(f"nox lists no session tagged {RELEASE_TAG}")
+    return {"include": include}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Read ``nox --json -l`` on stdin, print the matrix (JSON, one line) or the pipeline.
 
@@ -141,9 +174,17 @@ def main(argv: list[str] | None = None) -> int:
         "--shards", default="", metavar="B=N,...", help="shards per backend, e.g. cuda=4,rocm=2"
     )
     parser.add_argument("--format", choices=("github", "buildkite"), default="github")
+    parser.add_argument(
+        "--releases",
+        action="store_true",
+        help="the engine release matrix (sessions tagged engine-release) instead",
+    )
     args = parser.parse_args(argv)
     try:
         sessions = json.loads(sys.stdin.read())
+        if args.releases:
+            print(json.dumps(release_matrix(sessions), separators=(",", ":")))
+            return 0
         matrix = build_matrix(sessions, parse_shard_counts(args.shards))
     except ValueError as error:  # MatrixError, and JSON that does not parse
         print(f"conformance.ci.matrix: {error}", file=sys.stderr)

@@ -42,6 +42,15 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}"[:300]
 
 
+def grouped_reasons(errors: Mapping[str, str]) -> str:
+    """``{"decode": e, "mixed": e, "prefill": f}`` → ``"decode, mixed: e; prefill: f"``: each
+    distinct error said once, after the batch kinds that met it."""
+    kinds: dict[str, list[str]] = {}
+    for kind, error in errors.items():
+        kinds.setdefault(error, []).append(kind)
+    return "; ".join(f"{', '.join(names)}: {error}" for error, names in kinds.items())
+
+
 def attempt(action: Callable[[], Any]) -> Outcome:
     """Run `action`; any exception becomes a failed `Outcome` naming it."""
     try:

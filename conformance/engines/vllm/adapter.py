@@ -5,6 +5,8 @@
 metadata builders (`BUILDERS`) over layers carrying what a real `MLAAttention` layer carries
 for them: the five MLA dims and a real prefill backend (vLLM's CPU SDPA one). ROCM_AITER_MLA
 runs over the suite's AITER stand-in (`aiter_standin`) with an fp8 cache and page size 1.
+With ``speculative_tokens`` the config carries vLLM's n-gram speculative config, under
+which a spec-as-decode builder (ROCM_AITER_MLA) plans multi-token decodes.
 The session sets ``VLLM_TARGET_DEVICE=cpu``, ``CUDA_VISIBLE_DEVICES=`` (vLLM's Triton check
 accepts zero drivers) and ``TRITON_INTERPRET=1`` (vLLM's own Triton helpers run on the CPU).
 """
@@ -115,6 +117,39 @@ def standin() -> AiterStandin:
     return _STANDIN
 
 
+def prefill_backend_class() -> type:
+    """vLLM's CPU prefill backend (``CPUSDPAMLAPrefillBackend``); on a release without one
+    (0.28.0), a subclass of vLLM's own ``MLAPrefillBackend`` whose kernels are not implemented:
+    a metadata builder uses only the base class's ``clone`` and ``prepare_metadata``."""
+    try:
+        from vllm.v1.attention.backends.mla.prefill.cpu_sdpa import CPUSDPAMLAPrefillBackend
+    except ModuleNotFoundError:
+        from vllm.v1.attention.backends.mla.prefill.base import MLAPrefillBackend
+
+        def not_here(*args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError("this vLLM release has no CPU prefill backend")
+
+        methods = {name: staticmethod(not_here) for name in MLAPrefillBackend.__abstractmethods__}
+        methods["get_name"] = staticmethod(lambda: "CONFORMANCE_BUILDER_ONLY")
+        return type("BuilderOnlyPrefillBackend", (MLAPrefillBackend,), methods)
+    return CPUSDPAMLAPrefillBackend
+
+
+def speculative_config(config: Any, tokens: int) -> Any:
+    """vLLM's own n-gram `SpeculativeConfig` proposing `tokens` tokens (no draft model): a
+    spec-as-decode builder then plans ``1 + tokens`` query tokens per request as a decode."""
+    from vllm.config import SpeculativeConfig
+
+    return SpeculativeConfig(
+        method="ngram",
+        num_speculative_tokens=tokens,
+        prompt_lookup_max=2,
+        prompt_lookup_min=1,
+        target_model_config=config.model_config,
+        target_parallel_config=config.parallel_config,
+    )
+
+
 class EngineLayer:
     """What vLLM's `MLAAttention` layer offers a metadata builder (dims, prefill backend)."""
 
@@ -125,7 +160,14 @@ class EngineLayer:
 class VllmEngine:
     """One `VllmConfig` (model dir, heads, cache dtype, block size) and its builders."""
 
-    def __init__(self, model_dir: Path, *, cache_dtype: str = "auto", block_size: int = 16):
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        cache_dtype: str = "auto",
+        block_size: int = 16,
+        speculative_tokens: int = 0,
+    ):
         from vllm.config import CacheConfig, ModelConfig, VllmConfig
 
         model = ModelConfig(
@@ -136,6 +178,8 @@ class VllmEngine:
         )
         cache = CacheConfig(block_size=block_size, cache_dtype=cache_dtype)
         self.config = VllmConfig(model_config=model, cache_config=cache)
+        if speculative_tokens:
+            self.config.speculative_config = speculative_config(self.config, speculative_tokens)
         self.block_size = block_size
         self.cache_dtype = cache_dtype
         self.heads = model.get_num_attention_heads(self.config.parallel_config)
@@ -155,11 +199,9 @@ class VllmEngine:
 
     def make_layer(self, *, omit: Iterable[str] = ()) -> EngineLayer:
         """A layer with the five dims and a real prefill backend, less `omit`."""
-        from vllm.v1.attention.backends.mla.prefill.cpu_sdpa import CPUSDPAMLAPrefillBackend
-
         layer = EngineLayer()
         values: dict[str, Any] = {name: getattr(DIMS, name) for name in DIM_NAMES}
-        values["prefill_backend"] = CPUSDPAMLAPrefillBackend(
+        values["prefill_backend"] = prefill_backend_class()(
             num_heads=self.heads,
             scale=DIMS.qk_head_dim**-0.5,
             kv_lora_rank=DIMS.kv_lora_rank,

@@ -90,13 +90,13 @@ class Measurement:
         if not constructed.ok:
             return BuilderFacts(cls=name, bases=bases, status="not-run", reason=constructed.error)
         engine = self.engine(builder)
-        kinds, reasons = [], []
+        kinds, reasons = [], {}
         for kind, spec in KIND_SPECS.items():
             outcome = checks.attempt(lambda s=spec: self.build(builder, engine.record(s)))
             if outcome.ok:
                 kinds.append(kind)
             else:
-                reasons.append(f"{kind}: {outcome.error}")
+                reasons[kind] = outcome.error
         status = "built" if kinds else "constructed"
         reads = self.layer_reads(builder, kinds[0] if kinds else None)
         names = checks.top_level(reads.first["init"] | reads.first["build"])
@@ -110,7 +110,7 @@ class Measurement:
             cls=name,
             bases=bases,
             status=status,
-            reason="; ".join(reasons),
+            reason=checks.grouped_reasons(reasons),
             batch_kinds=tuple(kinds),
             reads={p: tuple(sorted(reads.first[p])) for p in ("init", "build")},
             required=required,

@@ -53,16 +53,21 @@ def nox_sessions() -> set[str]:
     return set(json.loads(listed.stdout))
 
 
-def nox_listing() -> list[dict[str, Any]]:
-    """``nox --json -l -t cpu gpu`` on this repository, as the workflow's plan job runs it."""
+def nox_listing(*tags: str) -> list[dict[str, Any]]:
+    """``nox --json -l -t cpu gpu`` (or `tags`) on this repository, as the plan job runs it."""
     listed = subprocess.run(
-        [sys.executable, "-m", "nox", "--json", "-l", "-t", "cpu", "gpu"],
+        [sys.executable, "-m", "nox", "--json", "-l", "-t", *(tags or ("cpu", "gpu"))],
         cwd=REPO,
         capture_output=True,
         text=True,
         check=True,
     )
     return json.loads(listed.stdout)
+
+
+def release_entries() -> list[dict[str, Any]]:
+    """The engine release matrix, as the plan job makes it (``-t engine-release``)."""
+    return ci_matrix.release_matrix(nox_listing(ci_matrix.RELEASE_TAG))["include"]
 
 
 # --------------------------------------------------------------------------------------
@@ -195,7 +200,17 @@ def workflow_problems(text: str, listing: list[dict[str, Any]]) -> list[str]:
         problems.append(f"the needs graph has a cycle: {' -> '.join(cycle)}")
     shards = ci_matrix.parse_shard_counts(document["env"]["SHARDS"])
     entries = ci_matrix.build_matrix(listing, shards)["include"]
-    backend_jobs = [n for n, job in jobs.items() if "matrix" in job.get("strategy", {})]
+    release_jobs = [
+        n for n, job in jobs.items() if "outputs.releases" in str(job.get("strategy", {}))
+    ]
+    backend_jobs = [
+        n
+        for n, job in jobs.items()
+        if "matrix" in job.get("strategy", {}) and n not in release_jobs
+    ]
+    if len(release_jobs) != 1:
+        problems.append(f"expected one engine release (matrix) job: {release_jobs}")
+    releases = release_entries() if release_jobs else []
     signoff = [
         n for n, job in jobs.items() if any("signoff" in s.get("run", "") for s in job["steps"])
     ]
@@ -208,7 +223,8 @@ def workflow_problems(text: str, listing: list[dict[str, Any]]) -> list[str]:
                 f"(needs {needs[name]}, if {jobs[name].get('if')!r})"
             )
     for name, job in jobs.items():
-        for matrix in entries if name in backend_jobs else [{}]:
+        matrices = entries if name in backend_jobs else releases if name in release_jobs else [{}]
+        for matrix in matrices:
             problems += job_problems(name, job, matrix, sessions)
     return problems
 

@@ -167,7 +167,48 @@ def test_workflow_is_plain_yaml_without_tabs(workflow: str) -> None:
     top_level = re.findall(r"^([a-z_-]+):", workflow, re.MULTILINE)
     assert top_level == ["name", "on", "permissions", "env", "jobs"]
     jobs_found = re.findall(r"^  ([a-z_-]+):$", workflow[workflow.index("\njobs:") :], re.MULTILINE)
-    assert jobs_found == ["plan", "conformance", "signoff"]
+    assert jobs_found == ["plan", "conformance", "engine-releases", "signoff"]
+
+
+RELEASES = [
+    {"session": "cpu", "name": "cpu", "tags": ["cpu"]},
+    {
+        "session": "vllm_release(release='0.30.0')",
+        "name": "vllm_release",
+        "tags": ["engine-release"],
+        "call_spec": {"release": "0.30.0"},
+    },
+    {
+        "session": "vllm_release(release='0.34.0')",
+        "name": "vllm_release",
+        "tags": ["engine-release"],
+        "call_spec": {"release": "0.34.0"},
+    },
+]
+
+
+def test_the_release_matrix_has_one_job_per_release() -> None:
+    jobs = ci_matrix.release_matrix(RELEASES)["include"]
+    assert [(j["name"], j["session"], j["artifact"]) for j in jobs] == [
+        ("vllm 0.30.0", "vllm_release(release='0.30.0')", "engine-facts-vllm-0.30.0"),
+        ("vllm 0.34.0", "vllm_release(release='0.34.0')", "engine-facts-vllm-0.34.0"),
+    ]
+    with pytest.raises(MatrixError, match="no session tagged engine-release"):
+        ci_matrix.release_matrix(RELEASES[:1])
+
+
+def test_the_noxfile_s_release_sessions_are_the_target_s_releases() -> None:
+    from conformance.engines.target import VLLM
+
+    pytest.importorskip("nox")
+    command = [sys.executable, "-m", "nox", "-f", str(WORKFLOW.parents[2] / "noxfile.py")]
+    result = subprocess.run(
+        [*command, "--json", "-l", "-t", "engine-release"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    jobs = ci_matrix.release_matrix(json.loads(result.stdout))["include"]
+    assert [job["release"] for job in jobs] == list(VLLM.releases)
+    assert len(VLLM.releases) >= 5 and all(VLLM.supports(r) is None for r in VLLM.releases)
 
 
 def _nox_listing() -> list[dict]:
@@ -206,7 +247,8 @@ def test_workflow_jobs_have_timeouts_and_a_strict_generator_step(workflow: str) 
     assert "set -euo pipefail" in step, "a failing generator must fail its step"
     assert 'echo "matrix=$(python' not in step, "$(...) inside echo swallows the exit code"
     assert "> matrix.json" in step
-    assert workflow.count("requirements/tools.txt") == 3, "every job installs the same tools"
+    assert "> releases.json" in step
+    assert workflow.count("requirements/tools.txt") == 4, "every job installs the same tools"
 
 
 def test_a_failing_generator_prints_nothing_on_stdout(monkeypatch, capsys) -> None:
@@ -258,8 +300,9 @@ def test_buildkite_yaml_quotes_what_yaml_would_misread() -> None:
 def test_workflow_parses_as_yaml_with_a_timeout_on_every_job(workflow: str) -> None:
     yaml = pytest.importorskip("yaml")  # the tests session installs PyYAML
     document = yaml.safe_load(workflow)
-    assert set(document["jobs"]) == {"plan", "conformance", "signoff"}
+    assert set(document["jobs"]) == {"plan", "conformance", "engine-releases", "signoff"}
     assert document["jobs"]["conformance"]["timeout-minutes"] == "${{ matrix.timeout_minutes }}"
+    assert document["jobs"]["engine-releases"]["timeout-minutes"] == "${{ matrix.timeout_minutes }}"
     assert all(
         isinstance(document["jobs"][job]["timeout-minutes"], int) for job in ("plan", "signoff")
     )

@@ -122,3 +122,17 @@ def test_bench_without_torch_logs_what_it_installs_for(monkeypatch: pytest.Monke
     assert conformance.logged[0].endswith(
         "so the tests are collected and reported skipped with the reason"
     )
+
+
+def test_the_vllm_session_refuses_a_tree_that_is_not_vllm_with_exit_2(
+    tree: Path, tmp_path: Path
+) -> None:
+    """``nox -s vllm -- --tree DIR`` at a folder that is no vLLM tree: one line, exit 2,
+    nothing installed or moved."""
+    result = nox(tree, "-s", "vllm", "--", "--tree", str(tmp_path))
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert "Traceback" not in output
+    (failure,) = [line for line in output.splitlines() if "aborted:" in line]
+    assert "not a vllm tree" in failure, output
+    assert sorted(path.name for path in (tree / "reports" / "junit").iterdir()) == sorted(EARLIER)

@@ -7,12 +7,8 @@ from pathlib import Path
 import pytest
 
 from conformance.ci import engine_junit
-from conformance.ci.engine_session import (
-    EngineSessionError,
-    parse_options,
-    replace_pins,
-    usage,
-)
+from conformance.ci.engine_options import EngineSessionError, parse_options, usage
+from conformance.ci.engine_session import replace_pins
 from conformance.engines.target import VLLM
 
 
@@ -25,6 +21,8 @@ def test_supported_versions_are_bounded() -> None:
 
 
 def test_session_arguments(tmp_path: Path) -> None:
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
     options = parse_options(VLLM, ["--vllm-version", "0.34.0", "--tree", str(tmp_path), "-x"])
     assert (options.version, options.tree, options.pytest_args) == ("0.34.0", tmp_path, ("-x",))
     assert parse_options(VLLM, ["--vllm-from-interpreter"]).from_interpreter
