@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from conformance.metadata.batch import BatchSpec
 from conformance.metadata.dims import MLADims
 
 DIMS = MLADims(

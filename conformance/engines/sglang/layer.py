@@ -80,7 +80,7 @@ def layer_facts(run: Any, built: list[str]) -> dict[str, Any]:
             if attribute not in own:
                 continue
             layer = make_layer(run.heads, omit=(attribute,))
-            outcome = checks.attempt(lambda lay=layer: decode_forward(run, name, lay))
+            outcome = checks.attempt(lambda lay=layer, n=name: decode_forward(run, n, lay))
             if not outcome.ok:
                 required[name][attribute] = outcome.error
     return {"layer_reads": reads, "layer_required": required, "layer_not_run": not_run}

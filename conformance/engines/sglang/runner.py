@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from conformance.engines.sglang.adapter import DIMS, MAX_CONTEXT_LEN, BACKENDS, SuiteModelConfig
+from conformance.engines.sglang.adapter import BACKENDS, DIMS, MAX_CONTEXT_LEN, SuiteModelConfig
 
 FP8_E4M3 = "fp8_e4m3"
 PARALLEL = {"attn_tp_size": 1, "attn_dcp_rank": 0, "attn_dcp_size": 1}

@@ -3,8 +3,6 @@ its Triton MLA decode on the tiny goldens."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
@@ -36,8 +34,10 @@ def _replan(call, q_dtype, kv_dtype):
     a = call.arguments
     return plan_persistent_decode(
         a["seqlens_qo_indptr"], a["seqlens_kv_indptr"], a["kv_last_page_lens"],
-        num_heads_q=a["num_heads_per_head_k"] * a["num_heads_k"], max_seqlen_qo=a["max_seqlen_qo"],
-        uni_seqlen_qo=a["uni_seqlen_qo"], page_size=a["page_size"], kv_granularity=a["kv_granularity"],
+        num_heads_q=a["num_heads_per_head_k"] * a["num_heads_k"],
+        max_seqlen_qo=a["max_seqlen_qo"],
+        uni_seqlen_qo=a["uni_seqlen_qo"], page_size=a["page_size"],
+        kv_granularity=a["kv_granularity"],
         causal=a["is_causal"], max_split_per_batch=a["max_split_per_batch"], q_dtype=q_dtype,
         kv_dtype=kv_dtype, arch="gfx942", num_cus=standin().num_cus,
     )  # fmt: skip
@@ -68,7 +68,8 @@ def test_planner_dtypes_are_the_kernels(heads, record_property) -> None:
     given = _replan(call, kernel.q_dtype, kernel.kv_dtype)
     record_property("plans_agree", plans_equal(planned, given))
     assert plans_equal(planned, given), (
-        f"{heads} heads: planned for {call.arguments['dtype_q']} q, the kernel gets {kernel.q_dtype}"
+        f"{heads} heads: planned for {call.arguments['dtype_q']} q, "
+        f"the kernel gets {kernel.q_dtype}"
     )
 
 
@@ -136,7 +137,8 @@ def test_triton_backend_decode_matches_tiny_golden(case_id) -> None:
         forward_mode=ForwardMode.DECODE, batch_size=len(rows),
         input_ids=torch.zeros(len(rows), dtype=torch.int64),
         req_pool_indices=torch.arange(len(rows), dtype=torch.int32), seq_lens=lengths,
-        out_cache_loc=torch.tensor([slots[b][n - 1] for b, n in rows]), seq_lens_sum=int(lengths.sum()),
+        out_cache_loc=torch.tensor([slots[b][n - 1] for b, n in rows]),
+        seq_lens_sum=int(lengths.sum()),
     )  # fmt: skip
     batch.seq_lens_cpu, batch.positions = lengths.clone(), (lengths - 1).long()
     runner.kv_index_translator.bind_own_plan(batch)
