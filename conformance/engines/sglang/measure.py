@@ -39,12 +39,23 @@ RUNNER_OMITTABLE = (
 )
 
 
+AITER_MODE_GLOBALS = ("fast_mode", "intra_batch_mode", "_use_mla_ps_kernel")
+"""Module globals `AiterAttnBackend.__init__` rewrites (``global``) for later backends."""
+_AITER_DEFAULTS: dict[str, Any] = {}
+
+
 def prepare_aiter() -> None:
-    """The aiter stand-in in place and SGLang's aiter backend on HIP's fp8 dtype."""
+    """The aiter stand-in in place, SGLang's aiter backend on HIP's fp8 dtype, and its
+    planner-mode globals back at their import-time values (one backend per process, as
+    in a server: an earlier construction here must not choose a later one's planner)."""
     standin()
     import sglang.srt.layers.attention.aiter_backend as aiter_backend
 
     aiter_backend.fp8_dtype = HIP_FP8
+    if not _AITER_DEFAULTS:
+        _AITER_DEFAULTS.update({n: getattr(aiter_backend, n) for n in AITER_MODE_GLOBALS})
+    for name, value in _AITER_DEFAULTS.items():
+        setattr(aiter_backend, name, value)
 
 
 class Measurement:
