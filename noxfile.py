@@ -262,6 +262,22 @@ def vllm_release(session: nox.Session, release: str) -> None:
     run_session(session, engine_target("vllm"), release=release)
 
 
+@nox.session(python="3.11")  # the only Python SGLang's wheel is built for
+def sglang(session: nox.Session) -> None:
+    """SGLang's own ForwardBatch, MLA backends and RadixAttention under the families.
+
+    ``-- --sglang-version X``, ``-- --sglang-from-interpreter``; other arguments go to pytest.
+    """
+    from conformance.ci.engine_session import run_session
+    from conformance.engines.sglang.platform import unsupported_platform
+    from conformance.engines.target import engine_target
+
+    reason = unsupported_platform()
+    if reason:
+        session.error(reason)
+    run_session(session, engine_target("sglang"))
+
+
 @nox.session
 def durations(session: nox.Session) -> None:
     """Refresh the committed .test_durations that balance the shards (pytest-split)."""

@@ -230,6 +230,17 @@ BUILTIN_TARGETS: dict[str, Target] = {
             below_version="0.35.0",
             details="conformance.engines.target:VLLM_DETAILS",
         ),
+        Target(
+            "sglang",
+            "SGLang's own ForwardBatch, MLA backends and RadixAttention under the families "
+            "(docs/engines.md).",
+            kind=ENGINE,
+            environment={"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"},
+            version="0.5.23",
+            min_version="0.5.23",
+            below_version="0.6.0",
+            details="conformance.engines.target:SGLANG_DETAILS",
+        ),
     )
 }
 

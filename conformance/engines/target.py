@@ -172,6 +172,52 @@ VLLM_DETAILS = EngineDetails(
 )
 
 
+SGLANG_DETAILS = EngineDetails(
+    distribution="sglang",
+    runtime=(
+        "packaging",
+        "numpy",
+        "psutil",
+        "pyzmq",
+        "regex",
+        "transformers",
+        "pydantic",
+        "msgspec",
+        "orjson",
+        "fastapi",
+        "uvicorn",
+        "requests",
+        "aiohttp",
+        "uvloop",
+        "einops",
+        "pybase64",
+        "setproctitle",
+        "pillow",
+        "partial_json_parser",
+        "tqdm",
+        "ipython",
+        "dill",
+        "sentencepiece",
+        "apache-tvm-ffi",
+        "compressed-tensors",
+        "gguf",
+        "openai",
+        "triton",
+        # SGLang's configs import torchvision; PyPI's would replace the CPU torch
+        "./conformance/engines/sglang/torchvision_standin",
+    ),
+    suite=("pytest", "safetensors"),
+    tests="tests/engines/sglang",
+    probe_modules=(
+        "sglang.srt.model_executor.forward_batch_info",
+        "sglang.srt.layers.attention.attention_registry",
+        "sglang.srt.layers.attention.triton_backend",
+        "sglang.srt.layers.radix_attention",
+    ),
+    must_build=("triton", "torch_native", "aiter"),
+)
+
+
 def engine_target(name: str) -> EngineTarget:
     """The engine target `name` of `BUILTIN_TARGETS`, with the details its record names."""
     record = BUILTIN_TARGETS.get(name)

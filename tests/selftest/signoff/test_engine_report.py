@@ -1,7 +1,7 @@
 """An engine run (``nox -s vllm``) on the sign-off's pages, from the files its session writes.
 
 The JUnit file is pytest's xunit1 without the report plugin (no ``nodeid`` properties) and the
-sidecar is `conformance.ci.engine_session.write_sidecar`'s, which records that the run finished
+sidecar is `conformance.ci.engine_report.write_sidecar`'s, which records that the run finished
 and its exit status but no start or end time. The provenance line must say the run finished,
 and the engine's family modules (``test_family_a.py`` ...) fall in the matrix's columns of the
 shared families, not in raw ``family_a/b/c`` columns of their own.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.ci.engine_session import write_sidecar
+from conformance.ci.engine_report import write_sidecar
 from conformance.engines.target import engine_target
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.loading import family_of_node_id
@@ -50,7 +50,7 @@ def _engine_run(reports: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         version="0.33.0",
         versions={"vllm": "0.33.0", "torch": "2.9.0"},
         exitstatus=0,
-        partial=False,
+        selection=None,
     )
 
 
