@@ -48,20 +48,20 @@ class EngineDetails:
     probe_modules: tuple[str, ...]
     """Modules that must import for the target to run; the first failure is the reason."""
     must_build: tuple[str, ...]
-    quiet_warnings: tuple[str, ...]
-    releases: Mapping[str, Release]
-    """The release matrix: each release the driver is measured on, with its own pins and
-    known findings."""
+    quiet_warnings: tuple[str, ...] = ()
     """pytest ``filterwarnings`` entries (regex module names) for the deprecation warnings the
     engine's own stack raises as it imports; the engine tests' conftest adds them, so a run
     shows the warnings of the code under test, not dozens of its dependencies'."""
+    releases: Mapping[str, Release] = field(default_factory=dict)
+    """The release matrix: each release the driver is measured on, with its own pins and
+    known findings (none: the pinned release alone, no pins of its own)."""
 
 
 @dataclass(frozen=True)
 class EngineTarget(EngineDetails):
     """One engine the suite certifies on its own code: its details and its `record`."""
 
-    record: Target
+    record: Target = field(kw_only=True)
 
     @property
     def name(self) -> str:

@@ -123,3 +123,14 @@ def test_a_pin_replaces_the_release_s_own_pin_of_that_name() -> None:
 def test_a_pin_of_nothing_the_release_requires_is_refused() -> None:
     with pytest.raises(EngineSessionError, match="the release requires no no-such-dist"):
         replace_pins(["numpy"], ("no-such-dist==1.0",), lambda line: None)
+
+
+def test_every_declared_engine_target_is_whole() -> None:
+    """Each engine entry joins its record and details (a field added to `EngineDetails` that
+    one engine's details lack fails here, not in its session)."""
+    from conformance.engines.target import engine_target
+    from conformance.targets import engine_names
+
+    for name in engine_names():
+        target = engine_target(name)
+        assert target.name == name and target.must_build and target.tests.startswith("tests/")
