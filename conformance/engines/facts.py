@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,26 @@ class FieldFacts:
     optional: bool
     needed_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
+
+
+def optional_field_facts(
+    names: Iterable[str], needs: Mapping[str, Mapping[str, str]]
+) -> dict[str, FieldFacts]:
+    """The facts of each optional field: ``needs[field]`` maps ``"builder/batch kind"`` to the
+    error its absence raised there (a field nobody needs: no entry)."""
+    facts = {}
+    for name in names:
+        errors = dict(needs.get(name, {}))
+        by_builder: dict[str, list[str]] = {}
+        for key in errors:
+            builder, kind = key.split("/")
+            by_builder.setdefault(builder, []).append(kind)
+        facts[name] = FieldFacts(
+            optional=True,
+            needed_by={b: tuple(k) for b, k in sorted(by_builder.items())},
+            errors=errors,
+        )
+    return facts
 
 
 @dataclass(frozen=True)

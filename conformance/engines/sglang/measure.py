@@ -17,7 +17,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from conformance.engines import checks
-from conformance.engines.facts import BuilderFacts, EngineFacts, FieldFacts
+from conformance.engines.facts import (
+    BuilderFacts,
+    EngineFacts,
+    FieldFacts,
+    optional_field_facts,
+)
 from conformance.engines.sglang.adapter import (
     BACKENDS,
     SuiteModelConfig,
@@ -185,19 +190,7 @@ class Measurement:
             )
             for field_name, errors in measured.items():
                 needs.setdefault(field_name, {}).update(errors)
-        facts = {}
-        for field_name in OPTIONAL_SET:
-            errors = needs.get(field_name, {})
-            by_backend: dict[str, list[str]] = {}
-            for key in errors:
-                backend_name, kind = key.split("/")
-                by_backend.setdefault(backend_name, []).append(kind)
-            facts[field_name] = FieldFacts(
-                optional=True,
-                needed_by={b: tuple(k) for b, k in sorted(by_backend.items())},
-                errors=errors,
-            )
-        return facts
+        return optional_field_facts(OPTIONAL_SET, needs)
 
 
 def measure(*, version: str, backends: list[str] | None = None) -> EngineFacts:

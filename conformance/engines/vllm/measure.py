@@ -18,6 +18,7 @@ from conformance.engines.facts import (
     BuilderFacts,
     EngineFacts,
     FieldFacts,
+    optional_field_facts,
     write_facts,
 )
 from conformance.engines.vllm.adapter import (
@@ -149,19 +150,7 @@ class Measurement:
             )
             for field_name, errors in measured.items():
                 needs.setdefault(field_name, {}).update(errors)
-        facts = {}
-        for name in optional:
-            errors = needs.get(name, {})
-            by_builder: dict[str, list[str]] = {}
-            for key in errors:
-                builder, kind = key.split("/")
-                by_builder.setdefault(builder, []).append(kind)
-            facts[name] = FieldFacts(
-                optional=True,
-                needed_by={b: tuple(k) for b, k in sorted(by_builder.items())},
-                errors=errors,
-            )
-        return facts
+        return optional_field_facts(optional, needs)
 
 
 def measure(workdir: Path, *, version: str, builders: list[str] | None = None) -> EngineFacts:
