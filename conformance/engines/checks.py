@@ -68,6 +68,16 @@ def record_fields(record_cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(record_cls))
 
 
+def record_facts(record_cls: type) -> dict[str, Any]:
+    """The `EngineFacts` fields that describe the record class: its dotted name, its fields
+    and the optional ones."""
+    return {
+        "record_class": f"{record_cls.__module__}.{record_cls.__qualname__}",
+        "record_fields": record_fields(record_cls),
+        "optional_fields": optional_fields(record_cls),
+    }
+
+
 def optional_fields(record_cls: type) -> tuple[str, ...]:
     """Public fields with a default: the ones a construction site may leave out."""
     return tuple(

@@ -205,9 +205,7 @@ def measure(*, version: str, backends: list[str] | None = None) -> EngineFacts:
     return EngineFacts(
         engine="sglang",
         version=version,
-        record_class=f"{cls.__module__}.{cls.__qualname__}",
-        record_fields=checks.record_fields(cls),
-        optional_fields=checks.optional_fields(cls),
+        **checks.record_facts(cls),
         builders=facts,
         fields=run.field_facts(built),
         transformations={},

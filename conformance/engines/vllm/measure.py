@@ -165,9 +165,7 @@ def measure(workdir: Path, *, version: str, builders: list[str] | None = None) -
     return EngineFacts(
         engine="vllm",
         version=version,
-        record_class=f"{cls.__module__}.{cls.__qualname__}",
-        record_fields=checks.record_fields(cls),
-        optional_fields=checks.optional_fields(cls),
+        **checks.record_facts(cls),
         builders=facts,
         fields=run.field_facts(built),
         transformations=transformation_facts(run.engine("TRITON_MLA")),
