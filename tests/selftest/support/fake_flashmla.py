@@ -93,16 +93,15 @@ def _attend(q, k_cache, cache_seqlens, block_table, scale, causal, metadata, num
     peak = torch.full((b, s_q, h), float("-inf"), dtype=torch.float64)
     parts = []
     for r, start, end in _ranges(metadata, pages):
-        tokens = [
-            (int(block_table[r, k]), slot)
+        positions = [
+            k * PAGE + slot
             for k in range(start, end)
             for slot in range(PAGE)
             if k * PAGE + slot < lens[r]
         ]
-        if tokens:
-            positions = [k * PAGE + slot for k in range(start, end) for slot in range(PAGE)]
-            positions = [p for p in positions if p < lens[r]]
-            kv = torch.stack([cache[page, slot] for page, slot in tokens]).double()
+        if positions:
+            kv = torch.stack([cache[int(block_table[r, p // PAGE]), p % PAGE] for p in positions])
+            kv = kv.double()
             s = torch.einsum("thd,nd->thn", q[r].double(), kv) * scale
             if causal:
                 pos = torch.tensor(positions)
