@@ -5,7 +5,8 @@
 # and any pure-Python wheels the machine lacks) into a temporary site directory, points
 # FlashInfer's JIT at /tmp (FLASHINFER_WORKSPACE_BASE, TVM_FFI_CACHE_DIR; Hopper only:
 # FLASHINFER_CUDA_ARCH_LIST=9.0a), puts ninja on PATH, then runs the shared conformance
-# set. Writes into $OUT (or the first argument): flashinfer.xml + flashinfer.meta.json,
+# set and saves the evidence folder (checked by --save-evidence). Writes into $OUT (or the
+# first argument): evidence/<date>-flashinfer/, flashinfer.xml + flashinfer.meta.json,
 # versions.json and log.txt. A copy of the tree without git metadata names its commit in
 # MLA_CONFORMANCE_GIT_COMMIT.
 #
@@ -34,6 +35,13 @@ python3 -m pytest tests/conformance --backend flashinfer --junitxml="$run_dir/fl
   -o junit_suite_name=mla-flashinfer -p no:cacheprovider -q -rfEs || status=$?
 cp "$run_dir"/flashinfer.xml "$out"/ || status=$?
 cp "$run_dir"/flashinfer.meta.json "$out"/ 2>/dev/null || true
+if python3 -m conformance signoff --junit-dir "$run_dir" --evidence "$out/evidence" \
+    --save-evidence flashinfer; then
+  cp "$out/versions.json" "$out"/evidence/*-flashinfer/ || status=$?
+else
+  echo "gpu_flashinfer: the run was refused as evidence (see above)"
+  status=1
+fi
 # The largest error / tolerance ratios of the numerics contract (JUnit properties).
 python3 - "$out/flashinfer.xml" <<'PY' || true
 import re, sys
