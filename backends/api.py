@@ -6,15 +6,14 @@ executes AITER v1 work plans); its builder reads `MLA_BUILDER_LAYER_PROTOCOL` fr
 
     from backends.api import Availability, Backend, PlanFreeBuilder, MLA_BUILDER_LAYER_PROTOCOL
 
-The names live in `backends.base`, `backends.common`, `conformance.stubs.protocol` and
-`conformance.metadata`; this module is the face the suite keeps stable for plug-ins.
+The names live in `backends.base`, `backends.common`, `conformance.applicability`,
+`conformance.stubs.protocol` and `conformance.metadata`; this module is the face the suite
+keeps stable for plug-ins.
 """
 
 from __future__ import annotations
 
 from backends.base import (
-    AITER_V1,
-    NOT_APPLICABLE,
     PLAN_FORMATS,
     Availability,
     Backend,
@@ -27,10 +26,10 @@ from backends.base import (
     MLAMetadata,
     PrefillMetadata,
     csr_arguments,
-    dtype_label,
     require_plan,
 )
 from backends.common import MLACommonBuilder, PlanExecutingBackend, PlanFreeBuilder, paged_csr
+from conformance.applicability import AITER_V1, NOT_APPLICABLE, dtype_label
 from conformance.metadata import CommonAttentionMetadata
 from conformance.metadata.dims import DEEPSEEK_R1, ModelConfig
 from conformance.stubs.protocol import (

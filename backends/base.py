@@ -12,7 +12,6 @@ import torch
 
 from conformance.applicability import (
     AITER_V1,
-    NOT_APPLICABLE,  # noqa: F401 (re-exported for plug-ins)
     Declaration,
     dtype_label,
     dtype_reason,

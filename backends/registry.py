@@ -14,11 +14,9 @@ from __future__ import annotations
 from functools import cache
 
 from backends.base import Backend
-from conformance.targets import ENTRY_POINT_GROUP, builtin_backends, load_class
-from conformance.targets import plugin_entry_points as _third_party
+from conformance.targets import ENTRY_POINT_GROUP, builtin_backends, load_class, plugin_entry_points
 
 __all__ = [
-    "BUILTIN_BACKENDS",
     "ENTRY_POINT_GROUP",
     "available_backends",
     "backend_names",
@@ -27,27 +25,19 @@ __all__ = [
 ]
 
 
-BUILTIN_BACKENDS: dict[str, str] = builtin_backends()
-"""``{name: "module:Class"}`` of the built-in backends, as declared in `conformance.targets`
-(read it there: this copy is taken at import)."""
-
-
-def _load(target: str) -> type[Backend]:
-    return load_class(target)
-
-
 def backend_names() -> list[str]:
     """Every known backend name: built-ins first, then third-party ones, sorted."""
-    return [*builtin_backends(), *sorted(_third_party())]
+    return [*builtin_backends(), *sorted(plugin_entry_points())]
 
 
 @cache
 def get_backend(name: str) -> Backend:
     """The backend called `name`; the error lists the known names."""
-    target = builtin_backends().get(name) or _third_party().get(name)
+    target = builtin_backends().get(name) or plugin_entry_points().get(name)
     if target is None:
         raise KeyError(f"unknown backend {name!r}; known backends: {', '.join(backend_names())}")
-    backend = _load(target)()
+    backend_class: type[Backend] = load_class(target)
+    backend = backend_class()
     if backend.name != name:
         raise ValueError(
             f"backend {target} is registered as {name!r} but names itself {backend.name!r}"

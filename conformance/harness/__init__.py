@@ -10,8 +10,7 @@
 - `pytest_plugins`: a GPU session's run loads the pytest plugins it needs, not its site's.
 
 File names, shards, the sidecar format, expectation files and provenance are the run
-contract, shared with the sign-off: `conformance.runs`. (`sharding`, `expectations` and
-`provenance` here re-export it for one release.)
+contract, shared with the sign-off: `conformance.runs`.
 """
 
 from __future__ import annotations

@@ -19,8 +19,6 @@ from typing import Any
 from conformance.runs.environment import GIT_COMMIT_VARIABLE
 from conformance.targets import DEVICE_KINDS, device_kind_of
 
-GIT_COMMIT_ENV = GIT_COMMIT_VARIABLE
-
 # module name -> distribution names to ask importlib.metadata when the module is not imported
 TRACKED_PACKAGES: dict[str, tuple[str, ...]] = {
     "torch": ("torch",),
@@ -79,7 +77,7 @@ def git_facts(cwd: Path) -> dict[str, Any]:
     to a machine names the commit it holds, and git metadata travelling with such a copy may
     be older than its files (then ``git_dirty`` is unknown).
     """
-    named = os.environ.get(GIT_COMMIT_ENV)
+    named = os.environ.get(GIT_COMMIT_VARIABLE)
     if named:
         return {"git_commit": named, "git_dirty": None}
     commit = _run_git(["rev-parse", "HEAD"], cwd)

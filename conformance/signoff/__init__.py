@@ -4,9 +4,8 @@ Stages, one module each: `discovery` (which files), `loading` (safe parsing), `s
 (evidence standing in for local reports), `declared` (what each backend declares), `classify`
 (one outcome per test), `completeness` (missing and duplicated ids), `verdict`, `merge`
 (``reports/conformance.xml``), `report_md` / `report_json` / `report_html` (with `chart`,
-`headroom`, `failure_groups`, `provenance_warnings`), `evidence`, `outputs` (the files it
-writes), and `cli` (``python -m conformance signoff``). `engine.run_signoff` ties them
-together; every issue they raise is an `issue.Issue` coded by a check of `checks.CHECKS`.
-
-This package imports nothing heavy at import time, so the pytest plugin can use `atomic`.
+`headroom`, `failure_groups`, `provenance_warnings`), `evidence`, and `cli`
+(``python -m conformance signoff``). `engine.run_signoff` ties them together; every issue they
+raise is an `issue.Issue` coded by a check of `checks.CHECKS`. The files it writes and their
+atomic writes are the run contract's (`conformance.runs.outputs`, `conformance.runs.atomic`).
 """

@@ -45,7 +45,6 @@ from conformance.signoff.issue import Issue
 from conformance.signoff.model import CaseResult, Outcome
 
 XPASS_STRICT_PREFIX = "[XPASS(strict)]"
-NOT_APPLICABLE_PREFIX = NOT_APPLICABLE
 UNDERIVED = "not applicable, but not by the declaration: "
 """How the message of a not-applicable claim the declaration does not support begins."""
 EMPTY_REASONS: frozenset[str] = frozenset({"", "skipped", "unconditional skip"})
@@ -61,13 +60,13 @@ def _skip_outcome(
     message = case.message
     if _is_empty_reason(message):
         return Outcome.SKIPPED, f"skipped with no reason ({message.strip() or 'empty'!r})"
-    if message.startswith(NOT_APPLICABLE_PREFIX) and message[len(NOT_APPLICABLE_PREFIX) :].strip():
+    if message.startswith(NOT_APPLICABLE) and message[len(NOT_APPLICABLE) :].strip():
         return _not_applicable_outcome(case.node_id, message, backend, declaration)
     claim = parse_claimed_elsewhere(message)
     if claim is not None:  # the harness's words for a claim the suite did not make
         declared, reason = claim
         return Outcome.SKIPPED, (
-            f"{UNDERIVED}the run skipped it as {NOT_APPLICABLE_PREFIX + reason!r} itself, but "
+            f"{UNDERIVED}the run skipped it as {NOT_APPLICABLE + reason!r} itself, but "
             f"{backend} declares {declared}: the test applies"
         )
     if message.startswith(unavailable_prefix(backend)):

@@ -25,16 +25,16 @@ from typing import Any
 from conformance.runs.atomic import atomic_write_bytes, atomic_write_text, current_umask
 from conformance.runs.names import parse_junit_name
 from conformance.runs.provenance import git_facts
+from conformance.runs.sidecar import MACHINE_FACTS
 from conformance.signoff.discovery import SIDECAR_SUFFIX, discover
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.fingerprint import FINGERPRINT_KEY, changed_files, fingerprint
 from conformance.signoff.integrity import integrity_issues
 from conformance.signoff.loading import MAX_JUNIT_BYTES, load_json_object, load_sidecar
-from conformance.signoff.model import MACHINE_FACTS, BackendInput, Outcome
+from conformance.signoff.model import BackendInput, Outcome
 
 EVIDENCE_DIR_PATTERN = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})-(?P<backend>[A-Za-z0-9_.]+)$")
 VERSIONS_FILE = "versions.json"
-FACT_KEYS = MACHINE_FACTS
 
 
 @dataclass(frozen=True)
@@ -249,5 +249,5 @@ def _copy_reports(files: list[Path], target: Path) -> tuple[list[str], dict[str,
         sidecar = companions[1]
         if sidecar.exists() and not facts:
             document = load_sidecar(sidecar)
-            facts = {key: document.get(key) for key in FACT_KEYS}
+            facts = {key: document.get(key) for key in MACHINE_FACTS}
     return copied, facts

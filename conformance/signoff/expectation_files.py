@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from conformance.runs.environment import GIT_COMMIT_VARIABLE
 from conformance.runs.expectations import expectations_sha256
-from conformance.runs.provenance import GIT_COMMIT_ENV
 from conformance.signoff.issue import Issue
 from conformance.signoff.model import RunReport
 from conformance.targets import ENGINE
@@ -45,7 +45,7 @@ def repository_path(backend: str) -> str:
 
 def committed_sha256(path: Path) -> str | None:
     """The sha256 of ``path`` as git's ``HEAD`` holds it; None where git cannot tell."""
-    if os.environ.get(GIT_COMMIT_ENV):  # a copied tree: its git metadata may be older
+    if os.environ.get(GIT_COMMIT_VARIABLE):  # a copied tree: its git metadata may be older
         return None
     try:
         shown = subprocess.run(

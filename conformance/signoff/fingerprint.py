@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from importlib.util import find_spec
 from pathlib import Path
@@ -59,6 +59,11 @@ def _declared_files(backend: str) -> tuple[str, ...]:
     """The behaviour files ``backend`` declares (`conformance.targets`, or its class)."""
     target = declared(backend)
     return () if target is None else target.behaviour_files
+
+
+def unmatched_patterns(patterns: Sequence[str], root: Path) -> list[str]:
+    """The glob patterns that match no file under ``root`` (a stale declaration)."""
+    return [pattern for pattern in patterns if not any(root.glob(pattern))]
 
 
 def behaviour_files(backend: str, root: Path) -> list[str]:

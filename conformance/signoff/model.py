@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from conformance.runs.names import Shard
-from conformance.runs.sidecar import MACHINE_FACTS as MACHINE_FACTS  # re-exported
 from conformance.targets import default_names, release_names
 
 DEFAULT_BACKENDS: tuple[str, ...] = default_names()

@@ -7,12 +7,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from conformance.runs.sidecar import MACHINE_FACTS
 from conformance.signoff.baseline import compare
 from conformance.signoff.headroom import headroom_rows
 from conformance.signoff.issue import code_of
 from conformance.signoff.model import (
     DEFAULT_BACKENDS,
-    MACHINE_FACTS,
     BackendResult,
     CaseResult,
     Outcome,

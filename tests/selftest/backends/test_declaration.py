@@ -97,7 +97,7 @@ class NoQDtypes(Minimal):
 def test_the_registry_refuses_a_backend_that_declares_itself_wrongly(monkeypatch) -> None:
     target = f"{__name__}:NoQDtypes"
     monkeypatch.setitem(BUILTIN_TARGETS, "no_q_dtypes", Target("no_q_dtypes", "broken", target))
-    monkeypatch.setattr(registry, "_load", lambda _: NoQDtypes)
+    monkeypatch.setattr(registry, "load_class", lambda _: NoQDtypes)
     registry.get_backend.cache_clear()
     try:
         with pytest.raises(ValueError, match=r"'no_q_dtypes'.*declares itself wrongly: q_dtypes"):

@@ -1,11 +1,8 @@
-"""One face for plug-in authors (`backends.api`), and old paths that warn before they go."""
+"""One face for plug-in authors (`backends.api`)."""
 
 from __future__ import annotations
 
 import ast
-import importlib
-import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -40,24 +37,3 @@ def test_the_example_plug_in_imports_the_suite_only_through_the_face() -> None:
                 if node.module.split(".")[0] in ("backends", "conformance", "kernels"):
                     suite_imports.add(node.module)
     assert suite_imports == {"backends.api"}
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "name"),
-    [
-        ("conformance.harness.sharding", "conformance.runs.names", "junit_name"),
-        ("conformance.harness.expectations", "conformance.runs.expectations", "load_expectations"),
-        ("conformance.harness.provenance", "conformance.runs.provenance", "git_facts"),
-        ("conformance.signoff.atomic", "conformance.runs.atomic", "atomic_write_text"),
-        ("conformance.signoff.outputs", "conformance.runs.outputs", "move_outputs"),
-        ("conformance.harness.archive", "conformance.runs.archive", "archive_superseded"),
-    ],
-)
-def test_a_moved_module_still_works_and_warns(old: str, new: str, name: str) -> None:
-    sys.modules.pop(old, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(old)
-    assert getattr(module, name) is getattr(importlib.import_module(new), name)
-    messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
-    assert any(old in text and new in text for text in messages), messages
