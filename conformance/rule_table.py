@@ -1,9 +1,8 @@
 """One entry of a rule table: a code, the check that implements it, one line of doc.
 
-The plan invariants (`conformance.persistent.invariants.INVARIANTS`), the validator's
-rules (`conformance.metadata.validator.RULES`) and the sign-off's checks
-(`conformance.signoff.checks.CHECKS`) are tables of these; each is listed, code by code, in
-its page of ``docs/`` (the selftests hold the two together).
+The plan invariants (`conformance.persistent.invariants.INVARIANTS`) and the validator's
+rules (`conformance.metadata.validator.RULES`) are tables of these; each is listed, code by
+code, in its page of ``docs/`` (the selftests hold the two together).
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ from conformance.runs.expectations import (
     stale_entries,
 )
 from conformance.runs.skip_reasons import parse_claimed_elsewhere
+from conformance.signoff.checks import UNDERIVED_NOT_APPLICABLE
 from conformance.signoff.issue import Issue
 from conformance.signoff.model import CaseResult, Outcome
 
@@ -105,8 +106,7 @@ def not_applicable_issues(cases: Sequence[CaseResult], backend: str) -> list[Iss
         return []
     first = claims[0]
     return [
-        Issue(
-            "SIGN009",
+        UNDERIVED_NOT_APPLICABLE.issue(
             f"{len(claims)} tests reported not applicable that {backend}'s declaration does not "
             f"rule out (first: {first.node_id}: {first.message.removeprefix(UNDERIVED)})",
         )
@@ -133,8 +133,7 @@ def lse_not_applicable_issues(
     case, claimed, derived = wrong[0]
     verdict = f"the suite derives {derived!r}" if derived else "the suite derives no such reason"
     return [
-        Issue(
-            "SIGN009",
+        UNDERIVED_NOT_APPLICABLE.issue(
             f"{len(wrong)} tests of {backend} left their LSE uncompared where the declared "
             f"kernel table does not say so (first: {case.node_id}: the report says "
             f"{claimed!r}; {verdict})",

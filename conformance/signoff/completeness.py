@@ -21,7 +21,15 @@ from conformance.runs.names import (
     sidecar_name,
 )
 from conformance.runs.shards import shard_index_of
-from conformance.signoff.issue import Issue, coded
+from conformance.signoff.checks import (
+    COLLECTIONS_DIFFER,
+    ID_NOT_COLLECTED,
+    ID_NOT_REPORTED,
+    ID_REPORTED_TWICE,
+    SHARDS_MISSING_OR_MIXED,
+    SIDECAR_MISSING_OR_UNFIT,
+)
+from conformance.signoff.issue import Issue
 from conformance.signoff.model import BackendInput, Completeness
 
 ABNORMAL_EXIT: dict[int, str] = {2: "interrupted", 3: "internal error", 4: "usage error"}
@@ -143,7 +151,7 @@ def shard_layout(
                     f"{name} is missing: shard {index}/{count} did not report "
                     "(crashed, not run, or deleted)"
                 )
-    return present, counts, coded("SIGN003", issues)
+    return present, counts, SHARDS_MISSING_OR_MIXED.issues(issues)
 
 
 def run_documents(
@@ -173,7 +181,7 @@ def run_documents(
             )
     for path, document in backend_input.orphan_documents.items():
         documents[junit_name_of_sidecar(path.name)] = document
-    return documents, coded("SIGN004", issues)
+    return documents, SIDECAR_MISSING_OR_UNFIT.issues(issues)
 
 
 def expected_ids(
@@ -196,7 +204,7 @@ def expected_ids(
         sizes = ", ".join(f"{name}: {len(ids)}" for name, ids in sorted(sets.items()))
         issues.append(f"the runs collected different test sets ({sizes})")
     expected = list(dict.fromkeys(node_id for ids in distinct for node_id in ids))
-    return expected, "sidecar", coded("SIGN005", issues)
+    return expected, "sidecar", COLLECTIONS_DIFFER.issues(issues)
 
 
 def reported_ids(
@@ -214,7 +222,7 @@ def reported_ids(
             f"{len(duplicates)} ids reported more than once: "
             + _preview([f"{node_id} ({', '.join(files)})" for node_id, files in duplicates.items()])
         )
-    return reporters, duplicates, coded("SIGN006", issues)
+    return reporters, duplicates, ID_REPORTED_TWICE.issues(issues)
 
 
 def missing_ids(
@@ -256,7 +264,7 @@ def missing_ids(
             f"{len(ids)} expected ids not reported; {owner} ({state}) should have "
             f"reported them: {_preview(ids)}"
         )
-    return missing, coded("SIGN007", issues)
+    return missing, ID_NOT_REPORTED.issues(issues)
 
 
 def unexpected_ids(
@@ -273,4 +281,4 @@ def unexpected_ids(
         )
     if not expected and not reporters:
         issues.append(f"no tests were collected for {backend}")
-    return unexpected, coded("SIGN008", issues)
+    return unexpected, ID_NOT_COLLECTED.issues(issues)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from conformance.applicability import Declaration
-from conformance.signoff.issue import Issue, coded
+from conformance.signoff.checks import DECLARATION_CHANGED
+from conformance.signoff.issue import Issue
 from conformance.signoff.model import RunReport
 
 
@@ -49,4 +50,4 @@ def declaration_issues(
                 f"{name} records the declaration {found.words()}, but {backend} declares "
                 f"{registered.words()} here"
             )
-    return coded("SIGN021", issues)
+    return DECLARATION_CHANGED.issues(issues)

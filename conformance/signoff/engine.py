@@ -18,10 +18,18 @@ from conformance.runs.expectations import (
 from conformance.runs.outputs import output_paths, remove_outputs
 from conformance.signoff import machine
 from conformance.signoff.baseline import load_baseline
+from conformance.signoff.checks import (
+    COLLECTION_FAILED,
+    REQUIRED_NOT_RUN,
+    STALE_EVIDENCE,
+    UNJUDGEABLE_REPORTS,
+    UNKNOWN_BACKEND,
+    UNREADABLE_EXPECTATIONS,
+)
 from conformance.signoff.collect import collect_ids
 from conformance.signoff.discovery import discover
 from conformance.signoff.errors import SignoffInputError
-from conformance.signoff.issue import Issue, coded
+from conformance.signoff.issue import Issue
 from conformance.signoff.loading import MAX_JUNIT_BYTES
 from conformance.signoff.merge import merged_junit
 from conformance.signoff.model import (
@@ -111,7 +119,7 @@ def expectations_of(backend: str, options: SignoffOptions, errors: list[str]) ->
     try:
         return load_expectations(expectations_path(backend, directory))
     except ExpectationFileError as error:
-        errors.append(Issue("SIGN018", str(error)))
+        errors.append(UNREADABLE_EXPECTATIONS.issue(str(error)))
         return []
 
 
@@ -125,7 +133,8 @@ def blocking_reasons(results: Sequence[BackendResult], errors: Sequence[str]) ->
         elif result.required and result.status in (Status.NOT_RUN, Status.STALE):
             what = "not run" if result.status == Status.NOT_RUN else "stale"
             line = f"{result.backend}: required but {what}: {result.reason}"
-            lines.append(Issue("SIGN015" if result.status == Status.NOT_RUN else "SIGN011", line))
+            check = REQUIRED_NOT_RUN if result.status == Status.NOT_RUN else STALE_EVIDENCE
+            lines.append(check.issue(line))
     return lines + list(errors)
 
 
@@ -156,7 +165,9 @@ def judge(
         )
     except (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as error:
         files = ", ".join(run.path.name for run in backend_input.runs) or "its reports"
-        reason = Issue("SIGN020", f"{files} could not be judged ({type(error).__name__}: {error})")
+        reason = UNJUDGEABLE_REPORTS.issue(
+            f"{files} could not be judged ({type(error).__name__}: {error})"
+        )
         return BackendResult(
             backend,
             Status.INCOMPLETE,
@@ -168,7 +179,7 @@ def judge(
             [reason],
             [],
             [],
-            code="SIGN020",
+            code=reason.code,
         )
 
 
@@ -197,7 +208,7 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
         limit=options.max_bytes,
     )
     inputs = substitution.inputs
-    errors = [*coded("SIGN016", found.errors), *substitution.errors]
+    errors = [*UNKNOWN_BACKEND.issues(found.errors), *substitution.errors]
     warnings = [*found.warnings, *substitution.warnings]
     if options.require:
         _required(options, {}, known)  # reject unknown names before any work
@@ -213,7 +224,7 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
                 collector = options.collector or (lambda name: collect_ids(name, root=options.root))
                 collected = collector(backend)
             except SignoffInputError as error:
-                errors.append(Issue("SIGN019", str(error)))
+                errors.append(COLLECTION_FAILED.issue(str(error)))
         results[backend] = judge(
             backend_input,
             options,

@@ -26,10 +26,12 @@ from conformance.runs.atomic import atomic_write_bytes, atomic_write_text, curre
 from conformance.runs.names import parse_junit_name
 from conformance.runs.provenance import git_facts
 from conformance.runs.sidecar import MACHINE_FACTS
+from conformance.signoff.checks import UNUSABLE_EVIDENCE_DIRECTORY
 from conformance.signoff.discovery import SIDECAR_SUFFIX, discover
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.fingerprint import FINGERPRINT_KEY, changed_files, fingerprint
 from conformance.signoff.integrity import integrity_issues
+from conformance.signoff.issue import Issue
 from conformance.signoff.loading import MAX_JUNIT_BYTES, load_json_object, load_sidecar
 from conformance.signoff.model import BackendInput, Outcome
 
@@ -52,7 +54,7 @@ class EvidenceIndex:
 
     newest: dict[str, EvidenceSet] = field(default_factory=dict)
     older: list[EvidenceSet] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    errors: list[Issue] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -72,11 +74,17 @@ def find_evidence(root: Path, *, known_backends: Collection[str]) -> EvidenceInd
         try:
             dt.date.fromisoformat(match.group("date"))
         except ValueError:
-            index.errors.append(f"{path}: {match.group('date')!r} is not a valid date")
+            index.errors.append(
+                UNUSABLE_EVIDENCE_DIRECTORY.issue(
+                    f"{path}: {match.group('date')!r} is not a valid date"
+                )
+            )
             continue
         if match.group("backend") not in known_backends:
             index.errors.append(
-                f"{path}: evidence for unknown backend {match.group('backend')!r}; not counted"
+                UNUSABLE_EVIDENCE_DIRECTORY.issue(
+                    f"{path}: evidence for unknown backend {match.group('backend')!r}; not counted"
+                )
             )
             continue
         candidates.append(EvidenceSet(match.group("date"), match.group("backend"), path))

@@ -31,6 +31,7 @@ from typing import Any
 
 from conformance.runs.environment import GIT_COMMIT_VARIABLE
 from conformance.runs.expectations import expectations_sha256
+from conformance.signoff.checks import UNCOMMITTED_EXPECTATIONS
 from conformance.signoff.issue import Issue
 from conformance.signoff.model import RunReport
 from conformance.targets import ENGINE
@@ -123,8 +124,7 @@ def expectation_issues(
         used = row["file"] or "no file recorded"
         if row["recorded"] and row["sha256"] != reference:
             issues.append(
-                Issue(
-                    "SIGN022",
+                UNCOMMITTED_EXPECTATIONS.issue(
                     f"{files} ran with the expectations of {used} (sha256 "
                     f"{_short(row['sha256'])}), not the repository's committed {committed} "
                     f"(sha256 {_short(reference)}){note}: its expected skips and xfails are "
@@ -133,8 +133,7 @@ def expectation_issues(
             )
         elif not row["recorded"] and row["file"] not in (None, committed):
             issues.append(
-                Issue(
-                    "SIGN022",
+                UNCOMMITTED_EXPECTATIONS.issue(
                     f"{files} ran with the expectations of {used}, not the repository's "
                     f"committed {committed} (its sidecar records no sha256 of the file); "
                     f"re-run {backend} with the committed file",

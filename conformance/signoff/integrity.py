@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from conformance.signoff.checks import CLAIMS_DISAGREE
+from conformance.signoff.issue import Issue
 from conformance.signoff.model import BackendInput, Outcome, RunReport
 from conformance.targets import DEVICE_KINDS
 
@@ -164,8 +166,8 @@ def integrity_issues(
     *,
     expected_kind: str | None,
     collected: Sequence[str] | None = None,
-) -> list[str]:
-    """Every disagreement between the claims of ``backend_input``'s reports."""
+) -> list[Issue]:
+    """Every disagreement between the claims of ``backend_input``'s reports (SIGN002)."""
     backend = backend_input.backend
     issues: list[str] = []
     for run in backend_input.runs:
@@ -202,4 +204,4 @@ def integrity_issues(
                     + (f", e.g. {only_here[0]}" if only_here else "")
                     + ")"
                 )
-    return issues
+    return CLAIMS_DISAGREE.issues(issues)

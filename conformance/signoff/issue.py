@@ -1,12 +1,16 @@
-"""`Issue`: one sign-off issue, a message that knows the code of the check that raised it.
+"""`Issue`: one sign-off issue, a message that knows the code of the check that raised it;
+`Check`: one check of the sign-off, which makes the issues of its code.
 
 An `Issue` is a ``str`` everywhere a message is expected (reasons, reports, the merged JUnit);
-its ``code`` is one of `conformance.signoff.checks.CHECKS`.
+its ``code`` is the code of one `Check` of `conformance.signoff.checks`, which declares every
+check once. A module raises an issue through its check (``MISSING_IDS.issue(message)``), never
+by writing the code itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 
 class Issue(str):
@@ -23,9 +27,20 @@ class Issue(str):
         return Issue, (self.code, str(self))
 
 
-def coded(code: str, messages: Iterable[str]) -> list[Issue]:
-    """Each message as an issue of ``code`` (one that has a code keeps it)."""
-    return [message if isinstance(message, Issue) else Issue(code, message) for message in messages]
+@dataclass(frozen=True)
+class Check:
+    """One sign-off check: its code and the one line ``docs/signoff.md`` lists for it."""
+
+    code: str
+    summary: str
+
+    def issue(self, message: str) -> Issue:
+        """``message`` as an issue of this check."""
+        return Issue(self.code, message)
+
+    def issues(self, messages: Iterable[str]) -> list[Issue]:
+        """Each message as an issue of this check (one already coded keeps its own code)."""
+        return [m if isinstance(m, Issue) else Issue(self.code, m) for m in messages]
 
 
 def code_of(message: str) -> str | None:

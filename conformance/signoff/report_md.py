@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from conformance.signoff.checks import UNCOMMITTED_EXPECTATIONS
 from conformance.signoff.failure_groups import (
     FIRST_IDS,
     failure_groups,
@@ -172,7 +173,7 @@ def expectation_file_lines(document: dict[str, Any]) -> list[str]:
                     if not row["builtin"]
                     else "the repository's committed file"
                     if row["repository"]
-                    else "NOT the repository's committed file (SIGN022)"
+                    else f"NOT the repository's committed file ({UNCOMMITTED_EXPECTATIONS.code})"
                 )
             lines.append(
                 f"{backend['backend']} ({', '.join(row['runs'])}): "

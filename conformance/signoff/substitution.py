@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.signoff.evidence import evidence_staleness, find_evidence, load_evidence
-from conformance.signoff.issue import Issue, coded
+from conformance.signoff.issue import Issue
 from conformance.signoff.model import BackendInput, Outcome
 
 
@@ -56,7 +56,7 @@ def substitute_evidence(
                 f"skipped; the evidence of {evidence.date} stands in for it"
             )
         inputs[backend] = loaded
-    return Substitution(inputs, coded("SIGN017", index.errors), warnings)
+    return Substitution(inputs, index.errors, warnings)
 
 
 def all_skipped(backend_input: BackendInput) -> bool:

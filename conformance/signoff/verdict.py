@@ -30,6 +30,14 @@ from pathlib import Path
 
 from conformance.applicability import Declaration
 from conformance.runs.expectations import Expectation
+from conformance.signoff.checks import (
+    NOTHING_PASSED,
+    NUMERICS_NEVER_RAN,
+    STALE_EVIDENCE,
+    TEST_FAILED,
+    UNEXPLAINED_SKIP,
+    UNREADABLE_REPORT,
+)
 from conformance.signoff.classify import (
     classify,
     lse_not_applicable_issues,
@@ -41,7 +49,7 @@ from conformance.signoff.completeness import check_completeness
 from conformance.signoff.declared import declaration_issues, declaration_of
 from conformance.signoff.expectation_files import expectation_issues, used_files
 from conformance.signoff.integrity import FIGURED_TEST, integrity_issues
-from conformance.signoff.issue import Issue, code_of, coded
+from conformance.signoff.issue import Issue, code_of
 from conformance.signoff.model import (
     BackendInput,
     BackendResult,
@@ -98,8 +106,8 @@ def evaluate_backend(
     refused, unchecked = expectation_issues(backend, files, repository_expectations)
     warnings += unchecked
     issues: list[str] = [
-        *coded("SIGN001", backend_input.problems),
-        *coded("SIGN002", integrity),
+        *UNREADABLE_REPORT.issues(backend_input.problems),
+        *integrity,
         *completeness.issues,
         *declaration_issues(backend, backend_input.runs, declaration),
         *refused,
@@ -160,14 +168,14 @@ class Judged:
 def failed(judged: Judged) -> Issue | None:
     """A test failed or errored (SIGN010)."""
     if judged.count(Outcome.FAILED, Outcome.ERROR):
-        return Issue("SIGN010", _summary(judged.counts))
+        return TEST_FAILED.issue(_summary(judged.counts))
     return None
 
 
 def stale(judged: Judged) -> Issue | None:
     """The evidence was made from files that have changed since (SIGN011)."""
     if judged.input.stale and not judged.input.problems:  # re-make it: that fixes the rest
-        return Issue("SIGN011", stale_reason(judged.input))
+        return STALE_EVIDENCE.issue(stale_reason(judged.input))
     return None
 
 
@@ -176,7 +184,9 @@ def first_issue(judged: Judged) -> Issue | None:
     if not judged.issues:
         return None
     first, more = judged.issues[0], len(judged.issues) - 1
-    return Issue(code_of(first) or "SIGN001", first + (f" (+{more} more)" if more else ""))
+    return Issue(
+        code_of(first) or UNREADABLE_REPORT.code, first + (f" (+{more} more)" if more else "")
+    )
 
 
 def unexplained(judged: Judged) -> Issue | None:
@@ -185,8 +195,7 @@ def unexplained(judged: Judged) -> Issue | None:
     if not count:
         return None
     first = next(c for c in judged.cases if c.outcome in (Outcome.SKIPPED, Outcome.UNAVAILABLE))
-    return Issue(
-        "SIGN012",
+    return UNEXPLAINED_SKIP.issue(
         f"{count} unexplained skips or xfails (first: {first.node_id}: "
         f"{clipped(first.message, MAX_FIRST_MESSAGE)}): fix them or list them with a reason in "
         f"conformance/expectations/{judged.input.backend}.txt",
@@ -209,9 +218,9 @@ def clipped(text: str, limit: int) -> str:
 def nothing_passed(judged: Judged) -> Issue | None:
     """The reports hold no tests, or not one passed (SIGN013)."""
     if not judged.cases:
-        return Issue("SIGN013", "the reports hold no tests")
+        return NOTHING_PASSED.issue("the reports hold no tests")
     if not judged.count(Outcome.PASSED):
-        return Issue("SIGN013", f"no test passed ({_summary(judged.counts)})")
+        return NOTHING_PASSED.issue(f"no test passed ({_summary(judged.counts)})")
     return None
 
 
@@ -220,8 +229,7 @@ def numerics_never_ran(judged: Judged) -> Issue | None:
     numerics = [case for case in judged.cases if f"::{FIGURED_TEST}" in case.node_id]
     if not numerics or any(case.outcome is Outcome.PASSED for case in numerics):
         return None
-    return Issue(
-        "SIGN014",
+    return NUMERICS_NEVER_RAN.issue(
         "the numerics contract did not run: no golden decode comparison passed "
         f"({_summary(outcome_counts(numerics))}); check the backend's declared q_dtypes and "
         "kv_dtypes",

@@ -1,9 +1,11 @@
-"""The sign-off's check table: every code has a negative control, the docs list exactly the
-table, and every issue in the outputs carries its code."""
+"""The sign-off's checks: every code has a negative control, the docs list exactly the
+checks, every issue in the outputs carries its code, and a code is written once (its `Check`)."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -291,5 +293,56 @@ def test_the_reports_show_the_codes(tmp_path: Path) -> None:
 
 
 def test_the_docs_list_exactly_the_table() -> None:
-    table = [(check.code, check.doc) for check in CHECKS.values()]
+    table = [(check.code, check.summary) for check in CHECKS.values()]
     assert listed_rules("signoff.md", "Checks") == table
+
+
+def test_each_check_is_declared_under_its_own_code() -> None:
+    assert all(code == check.code for code, check in CHECKS.items())
+    assert list(CHECKS) == [f"SIGN{number:03d}" for number in range(1, len(CHECKS) + 1)]
+
+
+# --- a code is written once: in its declaration --------------------------------------------
+
+CODE = re.compile(r"SIGN\d{3}")
+DECLARATIONS = REPO / "conformance" / "signoff" / "checks.py"
+
+
+def written_codes(source: str) -> list[int]:
+    """Lines where ``source``'s code (not a docstring or comment) writes a sign-off code."""
+    tree = ast.parse(source)
+    prose = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    return sorted(
+        {
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in prose
+            and CODE.search(node.value)
+        }
+    )
+
+
+def test_no_module_but_the_declarations_writes_a_code() -> None:
+    writers = {
+        path.relative_to(REPO).as_posix(): lines
+        for path in sorted((REPO / "conformance").rglob("*.py"))
+        if path != DECLARATIONS and (lines := written_codes(path.read_text(encoding="utf-8")))
+    }
+    assert writers == {}
+
+
+def test_a_code_written_at_the_raise_is_found() -> None:
+    source = (
+        "def failed(judged):\n"
+        '    """A test failed (SIGN010)."""\n'
+        "    # SIGN010 in a comment is prose too\n"
+        '    return Issue("SIGN010", "1 failed")\n'
+        "LABEL = f\"committed ({'SIGN022'})\"\n"
+    )
+    assert written_codes(source) == [4, 5]
