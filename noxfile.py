@@ -34,23 +34,20 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from conformance.ci import installer, sessions  # noqa: E402
-from conformance.engines.target import VLLM  # noqa: E402
+from conformance.engines.target import VLLM, engine_target  # noqa: E402
 from conformance.harness.plugins_env import install_plugins  # noqa: E402
 from conformance.harness.pytest_plugins import isolated_plugins, needed_packages  # noqa: E402
 from conformance.runs.environment import BACKEND_VARIABLE, gpu_count  # noqa: E402
 from conformance.runs.names import JUNIT_DIR, junit_name  # noqa: E402
 from conformance.runs.shards import DURATIONS_FILE  # noqa: E402
-from conformance.targets import (  # noqa: E402
-    BACKEND,
-    BUILTIN_TARGETS,
-    Target,
-    default_names,
-)
+from conformance.target_types import BackendTarget  # noqa: E402
+from conformance.targets import BUILTIN_TARGETS, default_names  # noqa: E402
 
 nox.needs_version = ">=2025.02.09"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = [*default_names(), "signoff"]
+SGLANG = engine_target("sglang")
 VLLM_RELEASES = tuple(VLLM.releases)  # the release matrix (`nox -s vllm_release`)
 
 CPU, GPU, TESTS, LINT = (f"requirements/{name}.txt" for name in ("cpu", "gpu", "tests", "lint"))
@@ -162,7 +159,7 @@ def _gpus(device_kind: str) -> int:
     return 1
 
 
-def _conformance(session: nox.Session, target: Target, backend: str, junit: str) -> None:
+def _conformance(session: nox.Session, target: BackendTarget, backend: str, junit: str) -> None:
     """Run the shared conformance set for `backend` (the session's `target`, or the backend
     its ``--backend`` names); skip the session if it cannot run here.
 
@@ -193,7 +190,7 @@ def _conformance(session: nox.Session, target: Target, backend: str, junit: str)
         session.skip(reason)
 
 
-def _backend_session(target: Target) -> None:
+def _backend_session(target: BackendTarget) -> None:
     """Register the nox session of one declared backend."""
     gpu = target.device.is_gpu
 
@@ -211,7 +208,7 @@ def _backend_session(target: Target) -> None:
 
 
 for _target in BUILTIN_TARGETS.values():
-    if _target.kind == BACKEND:
+    if isinstance(_target, BackendTarget):
         _backend_session(_target)
 
 
@@ -221,7 +218,7 @@ def tests(session: nox.Session) -> None:
     cpu_targets = [
         target
         for target in BUILTIN_TARGETS.values()
-        if target.default and target.kind == BACKEND and not target.device.is_gpu
+        if isinstance(target, BackendTarget) and target.default and not target.device.is_gpu
     ]
     for target in cpu_targets:
         _checked(session, target.name)
@@ -243,9 +240,8 @@ def vllm(session: nox.Session) -> None:
     tree with the facts just measured); other arguments go to pytest.
     """
     from conformance.ci.engine_session import run_session
-    from conformance.engines.target import engine_target
 
-    run_session(session, engine_target("vllm"))
+    run_session(session, VLLM)
 
 
 @nox.session(tags=["engine-release"])
@@ -254,15 +250,14 @@ def vllm_release(session: nox.Session, release: str) -> None:
     """One release of vLLM's release matrix: its facts into reports/engines/ (SHA256SUMS).
 
     ``nox -s vllm_release`` runs every release of the matrix, each in its own environment
-    with its own pins (`EngineDetails.releases`); other arguments go as to ``nox -s vllm``.
+    with its own pins (`EngineTarget.releases`); other arguments go as to ``nox -s vllm``.
     """
     from conformance.ci.engine_session import run_session
-    from conformance.engines.target import engine_target
 
-    run_session(session, engine_target("vllm"), release=release)
+    run_session(session, VLLM, release=release)
 
 
-@nox.session(python="3.11")  # the only Python SGLang's wheel is built for
+@nox.session(python=SGLANG.python)
 def sglang(session: nox.Session) -> None:
     """SGLang's own ForwardBatch, MLA backends and RadixAttention under the families.
 
@@ -270,12 +265,11 @@ def sglang(session: nox.Session) -> None:
     """
     from conformance.ci.engine_session import run_session
     from conformance.engines.sglang.platform import unsupported_platform
-    from conformance.engines.target import engine_target
 
     reason = unsupported_platform()
     if reason:
         session.error(reason)
-    run_session(session, engine_target("sglang"))
+    run_session(session, SGLANG)
 
 
 @nox.session

@@ -1,161 +1,66 @@
 """Every target the suite tests, declared once: the built-in backends, the engines, and what a
 device kind means.
 
-A target is a *backend* (a `Backend` class the registry loads) or an *engine* (a serving engine
-tested in its own environment; it has no `Backend` class, but a pinned release, the releases
-its driver supports and ``details``, a reference to its `conformance.engines.target.EngineDetails`).
-`BUILTIN_TARGETS` holds each built-in target's facts: its class, its device kind, the files whose
-hashes fingerprint its evidence, the environment its runs need, whether a plain ``nox`` and a
-plain sign-off include it (``default``) and whether a release requires it (``release``).
-Everything that depends on the device (the visible-devices variable, xdist workers, CI runner,
-queue and timeout, nox tags) keys on the device kind, through `DEVICE_KINDS`, never on a name.
+`BUILTIN_TARGETS` holds each built-in target's facts (the types are those of
+`conformance.target_types`): a backend's class, its device kind, the files whose hashes
+fingerprint its evidence, the environment its runs need, whether a plain ``nox`` and a plain
+sign-off include it (``default``) and whether a release requires it (``release``); an engine's
+distribution, pinned and supported releases, Python, environment, what its session installs
+and the builders it must build. Everything that depends on the device (the visible-devices
+variable, xdist workers, CI runner, queue and timeout, nox tags, whether a run must name its
+GPUs) keys on the device kind, through `DEVICE_KINDS`, never on a name; `device_of` is the one
+lookup of a target's device kind.
 
 A plug-in backend declares the same facts as class attributes of its `Backend` class
 (``device_kind``, ``behaviour_files``, ``environment``); `declared` reads them.
 
-This module imports nothing of the suite and never torch: the registry, the pytest plugins,
-the sign-off, the CI generators and the noxfile all read it.
+This module imports nothing of the suite but `conformance.target_types`, and never torch: the
+registry, the pytest plugins, the sign-off, the CI generators and the noxfile all read it.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import entry_points
-from types import MappingProxyType
 from typing import Any
 
-ENTRY_POINT_GROUP = "mla_conformance.backends"
-BACKEND, ENGINE = "backend", "engine"
-
-
-@dataclass(frozen=True)
-class DeviceKind:
-    """What running on one kind of device means for workers, CI and nox."""
-
-    name: str
-    visible_devices: str | None
-    """The variable that limits a process to some devices (None: a CPU)."""
-    runner: str | tuple[str, ...]
-    """GitHub Actions ``runs-on`` labels of its CI jobs."""
-    queue: str
-    """Buildkite agent queue of its CI jobs."""
-    timeout_minutes: int
-    tags: tuple[str, ...]
-    """nox session tags; ``nox --json -l -t cpu gpu`` lists the CI's sessions."""
-
-    @property
-    def is_gpu(self) -> bool:
-        """Whether its runs use GPUs (one xdist worker per GPU, each pinned to its own)."""
-        return self.visible_devices is not None
-
-
-DEVICE_KINDS: Mapping[str, DeviceKind] = MappingProxyType(
-    {
-        "cpu": DeviceKind("cpu", None, "ubuntu-latest", "default", 45, ("cpu",)),
-        "cuda": DeviceKind(
-            "cuda", "CUDA_VISIBLE_DEVICES", ("self-hosted", "nvidia"), "nvidia", 90, ("gpu", "cuda")
-        ),
-        "rocm": DeviceKind(
-            "rocm", "HIP_VISIBLE_DEVICES", ("self-hosted", "amd"), "amd", 90, ("gpu", "rocm")
-        ),
-    }
+from conformance.target_types import (
+    BackendTarget,
+    DeviceKind,
+    EngineTarget,
+    Release,
+    Target,
 )
-DEFAULT_DEVICE_KIND = "cpu"
 
+ENTRY_POINT_GROUP = "mla_conformance.backends"
 
-@dataclass(frozen=True)
-class Target:
-    """One target's facts (see the module docstring)."""
-
-    name: str
-    description: str
-    class_path: str | None = None
-    """``module:Class`` of a backend; None for an engine."""
-    kind: str = BACKEND
-    device_kind: str = DEFAULT_DEVICE_KIND
-    behaviour_files: tuple[str, ...] = ()
-    """Glob patterns, relative to the repository, of the files that decide its behaviour."""
-    environment: Mapping[str, str] = field(default_factory=dict)
-    """Variables its runs set (if unset) before its tests import anything."""
-    default: bool = False
-    """A plain ``nox`` runs it; a plain sign-off expects it."""
-    release: bool = False
-    """A release sign-off requires it."""
-    version: str | None = None
-    """An engine's release pinned by default."""
-    min_version: str | None = None
-    """Oldest engine release its driver supports (inclusive)."""
-    below_version: str | None = None
-    """First engine release its driver is not known to support (exclusive)."""
-    details: str | None = None
-    """``module:NAME`` of an engine's own details (distribution, runtime, tests, the builders
-    it must build): `conformance.engines.target.EngineDetails`."""
-
-    def __post_init__(self) -> None:
-        problems = declaration_problems(self)
-        if problems:
-            raise ValueError(f"target {self.name!r}: {'; '.join(problems)}")
-
-    @property
-    def device(self) -> DeviceKind:
-        """The `DeviceKind` it runs on."""
-        return DEVICE_KINDS[self.device_kind]
-
-    def supports(self, version: str) -> str | None:
-        """None if an engine's driver supports `version`, else a one-line reason."""
-        low, high = str(self.min_version), str(self.below_version)
-        if not _version_key(low) <= _version_key(version) < _version_key(high):
-            return (
-                f"{self.name} {version} is outside the releases this suite drives "
-                f"(>= {low}, < {high})"
-            )
-        return None
-
-
-def _version_key(version: str) -> tuple[int, ...]:
-    """``0.33.0`` → (0, 33, 0); a pre/post/local tail is ignored."""
-    parts = []
-    for part in version.split("+")[0].split("."):
-        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
-def declaration_problems(target: Target) -> list[str]:
-    """What is wrong with a declaration (empty when nothing is)."""
-    problems = []
-    if target.kind not in (BACKEND, ENGINE):
-        problems.append(f"kind: expected {BACKEND!r} or {ENGINE!r}, found {target.kind!r}")
-    if target.kind == BACKEND and not target.class_path:
-        problems.append("class_path: a backend needs its 'module:Class'")
-    engine_facts = ("version", "min_version", "below_version", "details")
-    if target.kind == ENGINE:
-        problems.extend(
-            f"{name}: an engine needs it" for name in engine_facts if not getattr(target, name)
-        )
-    if target.class_path is not None and ":" not in target.class_path:
-        problems.append(f"class_path: expected 'module:Class', found {target.class_path!r}")
-    if target.device_kind not in DEVICE_KINDS:
-        problems.append(
-            f"device_kind: expected one of {sorted(DEVICE_KINDS)}, found {target.device_kind!r}"
-        )
-    return problems
-
+CPU = DeviceKind("cpu", None, "ubuntu-latest", "default", 45, ("cpu",))
+CUDA = DeviceKind(
+    "cuda", "CUDA_VISIBLE_DEVICES", ("self-hosted", "nvidia"), "nvidia", 90, ("gpu", "cuda")
+)
+ROCM = DeviceKind("rocm", "HIP_VISIBLE_DEVICES", ("self-hosted", "amd"), "amd", 90, ("gpu", "rocm"))
+DEVICE_KINDS: dict[str, DeviceKind] = {kind.name: kind for kind in (CPU, CUDA, ROCM)}
+"""Every device kind by name; a new kind is one more entry, which every consumer sees."""
+DEFAULT_DEVICE_KIND = CPU.name
 
 TRITON_FILES = ("backends/triton_backend.py", "kernels/triton_mla/*.py")
+
+UNPADDED_DROPS_UPPER_BOUND = {
+    "test_family_a.py::test_transformation_keeps_every_needed_field[unpadded]": (
+        "vllm/v1/attention/backend.py: CommonAttentionMetadata.unpadded() rebuilds the record "
+        "without seq_lens_cpu_upper_bound, which the MLA builders need on mixed batches"
+    ),
+}
 
 BUILTIN_TARGETS: dict[str, Target] = {
     target.name: target
     for target in (
-        Target(
-            "cpu",
-            "Conformance run of the CPU reference backend.",
-            "backends.cpu:CpuReferenceBackend",
+        BackendTarget(
+            name="cpu",
+            description="Conformance run of the CPU reference backend.",
+            class_path="backends.cpu:CpuReferenceBackend",
+            device=CPU,
             behaviour_files=(
                 "backends/cpu.py",
                 "kernels/plan_exec.py",
@@ -165,19 +70,22 @@ BUILTIN_TARGETS: dict[str, Target] = {
             default=True,
             release=True,
         ),
-        Target(
-            "interpret",
-            "Conformance run of the Triton kernels under TRITON_INTERPRET=1 on the CPU.",
-            "backends.triton_backend:InterpretTritonBackend",
+        BackendTarget(
+            name="interpret",
+            description="Conformance run of the Triton kernels under TRITON_INTERPRET=1 on the "
+            "CPU.",
+            class_path="backends.triton_backend:InterpretTritonBackend",
+            device=CPU,
             behaviour_files=(*TRITON_FILES, "kernels/paged.py"),
             environment={"TRITON_INTERPRET": "1"},  # Triton reads it once, when imported
             default=True,
         ),
-        Target(
-            "cuda",
-            "Conformance run of the Triton CUDA backend (a skipped session without a GPU).",
-            "backends.triton_backend:CudaTritonBackend",
-            device_kind="cuda",
+        BackendTarget(
+            name="cuda",
+            description="Conformance run of the Triton CUDA backend (a skipped session without a "
+            "GPU).",
+            class_path="backends.triton_backend:CudaTritonBackend",
+            device=CUDA,
             behaviour_files=(  # on a GPU: the device planner, and the Gluon decode on Hopper
                 *TRITON_FILES,
                 "kernels/gluon_mla/*.py",
@@ -191,35 +99,37 @@ BUILTIN_TARGETS: dict[str, Target] = {
             default=True,
             release=True,
         ),
-        Target(
-            "rocm",
-            "Conformance run of the AMD AITER backend (a skipped session without ROCm).",
-            "backends.rocm:RocmAiterBackend",
-            device_kind="rocm",
+        BackendTarget(
+            name="rocm",
+            description="Conformance run of the AMD AITER backend (a skipped session without "
+            "ROCm).",
+            class_path="backends.rocm:RocmAiterBackend",
+            device=ROCM,
             behaviour_files=("backends/rocm/*.py", "kernels/paged.py"),
             environment={"AITER_MLA_DECODE_PERSISTENT_MAX_BATCH": "0"},
             default=True,
             release=True,
         ),
-        Target(
-            "flashinfer",
-            "Conformance run of FlashInfer's MLA (a skipped session without it or a GPU).",
-            "backends.flashinfer_backend:FlashInferBackend",
-            device_kind="cuda",
+        BackendTarget(
+            name="flashinfer",
+            description="Conformance run of FlashInfer's MLA (a skipped session without it or a "
+            "GPU).",
+            class_path="backends.flashinfer_backend:FlashInferBackend",
+            device=CUDA,
             behaviour_files=("backends/flashinfer_backend.py",),
         ),
-        Target(
-            "flashmla",
-            "Conformance run of DeepSeek's FlashMLA decode (a skipped session without it or "
-            "a Hopper GPU).",
-            "backends.flashmla:FlashMLABackend",
-            device_kind="cuda",
+        BackendTarget(
+            name="flashmla",
+            description="Conformance run of DeepSeek's FlashMLA decode (a skipped session without "
+            "it or a Hopper GPU).",
+            class_path="backends.flashmla:FlashMLABackend",
+            device=CUDA,
             behaviour_files=("backends/flashmla/*.py", "conformance/goldens/relayout.py"),
         ),
-        Target(
-            "vllm",
-            "vLLM's own record and MLA builders under the families (docs/engines.md).",
-            kind=ENGINE,
+        EngineTarget(
+            name="vllm",
+            description="vLLM's own record and MLA builders under the families (docs/engines.md).",
+            device=CPU,
             environment={
                 "VLLM_TARGET_DEVICE": "cpu",
                 "CUDA_VISIBLE_DEVICES": "",
@@ -228,18 +138,119 @@ BUILTIN_TARGETS: dict[str, Target] = {
             version="0.33.0",
             min_version="0.28.0",
             below_version="0.35.0",
-            details="conformance.engines.target:VLLM_DETAILS",
+            distribution="vllm",
+            runtime=(
+                "packaging",
+                "numpy",
+                "psutil",
+                "pyzmq",
+                "regex",
+                "transformers",
+                "cbor2",
+                "aiohttp",
+                "requests",
+                "openai-harmony",
+                "openai",
+                "pillow",
+                "pybase64",
+                "cachetools",
+                "msgspec",
+                "cloudpickle",
+                "uvloop",
+                "py-cpuinfo",
+                "prometheus_client",
+                "xgrammar",
+                "fastapi",
+                "partial-json-parser",
+                "llguidance",
+                "einops",
+                "flashinfer-python",
+                "pyyaml",
+            ),
+            suite=("pytest", "safetensors"),
+            tests="tests/engines/vllm",
+            probe_modules=(
+                "vllm.v1.attention.backend",
+                "vllm.model_executor.layers.attention.mla_attention",
+                "vllm.v1.attention.backends.mla.triton_mla",
+                "vllm.v1.attention.backends.mla.cpu_mla",
+            ),
+            must_build=("TRITON_MLA", "CPU_MLA", "ROCM_AITER_MLA"),
+            quiet_warnings=(
+                # vLLM's import of flashinfer's CuTe DSL kernels (cutlass.utils.* renamed) and of
+                # torch.jit-scripted helpers; raised in the engine's stack, not in the suite
+                r"ignore::DeprecationWarning:(vllm|flashinfer|cutlass|torch\.jit)(\.|$)",
+                r"ignore::FutureWarning:(vllm|flashinfer|cutlass)(\.|$)",
+            ),
+            releases={
+                # 0.28.0 is the first release whose MLA builders read the five dims from the layers
+                # (MLACommonMetadataBuilder.__init__: self.mla_dims = MLADims(q_lora_rank=layer...);
+                # 0.27.0 reads them from the model config: get_mla_dims(self.model_config)).
+                # 0.28.0 to 0.30.0 require transformers>=5.10.4 unbounded: the newest (5.25) imports
+                # the `kernels` distribution, whose name the suite's own kernels/ package shadows;
+                # 5.17.0 is what 0.31.0 (<5.18.0) resolves to
+                "0.28.0": Release(("transformers==5.17.0",), UNPADDED_DROPS_UPPER_BOUND),
+                "0.29.0": Release(("transformers==5.17.0",), UNPADDED_DROPS_UPPER_BOUND),
+                "0.30.0": Release(("transformers==5.17.0",)),
+                "0.31.0": Release(),
+                "0.32.0": Release(),
+                "0.33.0": Release(),
+                # 0.34.0 pins flashinfer-python==0.7.3, which the package index does not hold
+                "0.34.0": Release(("flashinfer-python==0.7.4",)),
+            },
         ),
-        Target(
-            "sglang",
-            "SGLang's own ForwardBatch, MLA backends and RadixAttention under the families "
-            "(docs/engines.md).",
-            kind=ENGINE,
+        EngineTarget(
+            name="sglang",
+            description="SGLang's own ForwardBatch, MLA backends and RadixAttention under the "
+            "families (docs/engines.md).",
+            device=CPU,
             environment={"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"},
             version="0.5.23",
             min_version="0.5.23",
             below_version="0.6.0",
-            details="conformance.engines.target:SGLANG_DETAILS",
+            python="3.11",  # the only Python SGLang's wheel is built for
+            distribution="sglang",
+            runtime=(
+                "packaging",
+                "numpy",
+                "psutil",
+                "pyzmq",
+                "regex",
+                "transformers",
+                "pydantic",
+                "msgspec",
+                "orjson",
+                "fastapi",
+                "uvicorn",
+                "requests",
+                "aiohttp",
+                "uvloop",
+                "einops",
+                "pybase64",
+                "setproctitle",
+                "pillow",
+                "partial_json_parser",
+                "tqdm",
+                "ipython",
+                "dill",
+                "sentencepiece",
+                "apache-tvm-ffi",
+                "compressed-tensors",
+                "gguf",
+                "openai",
+                "triton",
+                # SGLang's configs import torchvision; PyPI's would replace the CPU torch
+                "./conformance/engines/sglang/torchvision_standin",
+            ),
+            suite=("pytest", "safetensors"),
+            tests="tests/engines/sglang",
+            probe_modules=(
+                "sglang.srt.model_executor.forward_batch_info",
+                "sglang.srt.layers.attention.attention_registry",
+                "sglang.srt.layers.attention.triton_backend",
+                "sglang.srt.layers.radix_attention",
+            ),
+            must_build=("triton", "torch_native", "aiter"),
         ),
     )
 }
@@ -248,15 +259,17 @@ BUILTIN_TARGETS: dict[str, Target] = {
 def builtin_backends() -> dict[str, str]:
     """``{name: "module:Class"}`` of the built-in backends, in declaration order."""
     return {
-        name: str(target.class_path)
+        name: target.class_path
         for name, target in BUILTIN_TARGETS.items()
-        if target.kind == BACKEND
+        if isinstance(target, BackendTarget)
     }
 
 
 def engine_names() -> tuple[str, ...]:
     """The engine targets, in declaration order."""
-    return tuple(name for name, target in BUILTIN_TARGETS.items() if target.kind == ENGINE)
+    return tuple(
+        name for name, target in BUILTIN_TARGETS.items() if isinstance(target, EngineTarget)
+    )
 
 
 def default_names() -> tuple[str, ...]:
@@ -269,11 +282,13 @@ def release_names() -> tuple[str, ...]:
     return tuple(name for name, target in BUILTIN_TARGETS.items() if target.release)
 
 
-def builtin_target_of_class(module: str, qualname: str) -> Target | None:
-    """The built-in target whose class is ``qualname`` defined in ``module`` (or in a module
+def builtin_target_of_class(module: str, qualname: str) -> BackendTarget | None:
+    """The built-in backend whose class is ``qualname`` defined in ``module`` (or in a module
     below the package its class path names); None for any other class."""
     for target in BUILTIN_TARGETS.values():
-        declared_module, _, declared_name = (target.class_path or "").partition(":")
+        if not isinstance(target, BackendTarget):
+            continue
+        declared_module, _, declared_name = target.class_path.partition(":")
         if declared_name == qualname and (
             module == declared_module or module.startswith(declared_module + ".")
         ):
@@ -297,14 +312,22 @@ def load_class(class_path: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
-def plugin_target(name: str, backend_class: Any, class_path: str) -> Target:
-    """A plug-in's declaration, read from its `Backend` class attributes (with defaults)."""
+def plugin_target(name: str, backend_class: Any, class_path: str) -> BackendTarget:
+    """A plug-in's declaration, read from its `Backend` class attributes (with defaults);
+    `ValueError` for a device kind `DEVICE_KINDS` does not hold."""
     doc = (getattr(backend_class, "__doc__", None) or "").strip()
-    return Target(
-        name,
-        doc.splitlines()[0] if doc else f"Conformance run of the plug-in backend {name}.",
-        class_path,
-        device_kind=str(getattr(backend_class, "device_kind", DEFAULT_DEVICE_KIND)),
+    kind = str(getattr(backend_class, "device_kind", None) or DEFAULT_DEVICE_KIND)
+    if kind not in DEVICE_KINDS:
+        raise ValueError(
+            f"target {name!r}: device_kind: expected one of {sorted(DEVICE_KINDS)}, found {kind!r}"
+        )
+    return BackendTarget(
+        name=name,
+        description=doc.splitlines()[0]
+        if doc
+        else f"Conformance run of the plug-in backend {name}.",
+        class_path=class_path,
+        device=DEVICE_KINDS[kind],
         behaviour_files=tuple(getattr(backend_class, "behaviour_files", ()) or ()),
         environment=dict(getattr(backend_class, "environment", {}) or {}),
     )

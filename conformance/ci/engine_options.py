@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.engines.target import EngineTarget
 from conformance.engines.tree import find_root
+from conformance.target_types import EngineTarget
 
 
 class EngineSessionError(RuntimeError):
@@ -56,8 +56,8 @@ def usage(target: EngineTarget) -> str:
             f"usage: nox -s {name} -- [--{name}-version X | --{name}-from-interpreter]"
             " [--tree PATH] [PYTEST ARGS]",
             f"  --{name}-version X          the release to install (default"
-            f" {target.default_version}; supported: >= {target.record.min_version},"
-            f" < {target.record.below_version})",
+            f" {target.version}; supported: >= {target.min_version},"
+            f" < {target.below_version})",
             f"  --{name}-from-interpreter   exactly the {name} of the interpreter that runs"
             f" nox (with --{name}-version, the two must agree)",
             "  --pin NAME==VERSION       replace the release's own pin of NAME (one the package"
@@ -85,7 +85,7 @@ def _tree(target: EngineTarget, value: str) -> Path:
 def parse_options(target: EngineTarget, posargs: Sequence[str]) -> EngineOptions:
     """``--<name>-version X``, ``--<name>-from-interpreter``, ``--tree PATH``, ``--pin``,
     ``-h``/``--help`` (usage only); the rest goes to pytest."""
-    version, from_interpreter, tree, rest = target.default_version, False, None, []
+    version, from_interpreter, tree, rest = target.version, False, None, []
     pins: list[str] = []
     given = False
     args = list(posargs)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from conformance.engines.target import EngineTarget
+from conformance.target_types import EngineTarget
 
 
 def junit_counts(path: Path) -> dict[str, int]:
@@ -75,7 +75,7 @@ def write_sidecar(
     document = {
         "format": SIDECAR_FORMAT,
         "backend": target.name,
-        "kind": target.record.kind,
+        "kind": target.kind,
         "engine": {
             "name": target.name,
             "version": version,

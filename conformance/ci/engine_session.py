@@ -46,10 +46,10 @@ from conformance.ci.engine_report import (
     write_sidecar,
 )
 from conformance.engines.releases import write_manifest
-from conformance.engines.target import EngineTarget
 from conformance.runs.archive import archive_superseded
 from conformance.runs.names import PARTIAL_DIR as PARTIAL
-from conformance.runs.names import partial_junit_path
+from conformance.runs.names import junit_name, partial_junit_path
+from conformance.target_types import EngineTarget
 
 REPORTS = Path("reports")
 JUNIT_DIR = REPORTS / "junit"
@@ -288,7 +288,8 @@ def run_session(session: Any, target: EngineTarget, *, release: str | None = Non
     except EngineSessionError as error:
         session.error(str(error))
     reason = selection_reason(target, options.pytest_args)
-    junit, facts_file = JUNIT_DIR / target.junit, FACTS_DIR / target.facts_file(version)
+    junit = JUNIT_DIR / junit_name(target.name, None)
+    facts_file = FACTS_DIR / target.facts_file(version)
     if reason is not None:
         junit, facts_file = partial_junit_path(junit), FACTS_DIR / PARTIAL / facts_file.name
         session.log(f"partial selection ({reason}): the full report and facts stay as they are")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from conformance.runs.environment import gpu_count
 from conformance.runs.names import Shard, junit_name, parse_shard, partial_junit_path, sidecar_path
-from conformance.targets import DEVICE_KINDS, Target, declared
+from conformance.target_types import Target
+from conformance.targets import DEVICE_KINDS, declared
 
 # pytest options of the suite's sessions that take a separate value (``-k EXPR``).
 VALUE_OPTIONS = frozenset(

@@ -34,7 +34,7 @@ from conformance.runs.expectations import expectations_sha256
 from conformance.signoff.checks import UNCOMMITTED_EXPECTATIONS
 from conformance.signoff.issue import Issue
 from conformance.signoff.model import RunReport
-from conformance.targets import ENGINE
+from conformance.target_types import ENGINE
 
 FILE_KEY, SHA_KEY = "expectations_file", "expectations_sha256"
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.runs.provenance import git_facts
+from conformance.target_types import BackendTarget
 from conformance.targets import ENTRY_POINT_GROUP, declared
 
 COMMON_FILES: tuple[str, ...] = (
@@ -58,7 +59,7 @@ def _plugin_module(backend: str, root: Path) -> list[str]:
 def _declared_files(backend: str) -> tuple[str, ...]:
     """The behaviour files ``backend`` declares (`conformance.targets`, or its class)."""
     target = declared(backend)
-    return () if target is None else target.behaviour_files
+    return target.behaviour_files if isinstance(target, BackendTarget) else ()
 
 
 def unmatched_patterns(patterns: Sequence[str], root: Path) -> list[str]:

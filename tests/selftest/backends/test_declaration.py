@@ -13,7 +13,8 @@ from backends.common import PlanFreeBuilder
 from conformance.metadata.batch import BATCH_SPECS, make_cam
 from conformance.metadata.dims import DEEPSEEK_R1
 from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL, MLAAttentionLayer
-from conformance.targets import BUILTIN_TARGETS, Target
+from conformance.target_types import BackendTarget
+from conformance.targets import BUILTIN_TARGETS, CPU
 
 pytestmark = pytest.mark.selftest
 
@@ -96,7 +97,10 @@ class NoQDtypes(Minimal):
 
 def test_the_registry_refuses_a_backend_that_declares_itself_wrongly(monkeypatch) -> None:
     target = f"{__name__}:NoQDtypes"
-    monkeypatch.setitem(BUILTIN_TARGETS, "no_q_dtypes", Target("no_q_dtypes", "broken", target))
+    declaration = BackendTarget(
+        name="no_q_dtypes", description="broken", class_path=target, device=CPU
+    )
+    monkeypatch.setitem(BUILTIN_TARGETS, "no_q_dtypes", declaration)
     monkeypatch.setattr(registry, "load_class", lambda _: NoQDtypes)
     registry.get_backend.cache_clear()
     try:

@@ -13,7 +13,7 @@ from conformance.engines.target import VLLM
 
 
 def test_supported_versions_are_bounded() -> None:
-    assert VLLM.supports(VLLM.default_version) is None
+    assert VLLM.supports(VLLM.version) is None
     assert "outside the releases" in (VLLM.supports("0.20.1") or "")
     assert "outside the releases" in (VLLM.supports("1.0.0") or "")
     assert VLLM.supports("0.34.0rc1") is None
@@ -26,7 +26,7 @@ def test_session_arguments(tmp_path: Path) -> None:
     options = parse_options(VLLM, ["--vllm-version", "0.34.0", "--tree", str(tmp_path), "-x"])
     assert (options.version, options.tree, options.pytest_args) == ("0.34.0", tmp_path, ("-x",))
     assert parse_options(VLLM, ["--vllm-from-interpreter"]).from_interpreter
-    assert parse_options(VLLM, []).version == VLLM.default_version
+    assert parse_options(VLLM, []).version == VLLM.version
 
 
 @pytest.mark.parametrize("flag", ["-h", "--help"])
@@ -100,8 +100,8 @@ def test_the_engine_record_is_the_declarations_entry(tmp_path: Path) -> None:
     from conformance.signoff.machine import StaticView, known_backends
     from conformance.targets import BUILTIN_TARGETS, engine_names
 
-    assert VLLM.record is BUILTIN_TARGETS["vllm"] and engine_names() == ("vllm", "sglang")
-    assert (VLLM.record.kind, VLLM.record.default, VLLM.record.release) == ("engine", False, False)
+    assert VLLM is BUILTIN_TARGETS["vllm"] and engine_names() == ("vllm", "sglang")
+    assert (VLLM.kind, VLLM.default, VLLM.release) == ("engine", False, False)
     assert "vllm" in known_backends(StaticView(names=("cpu",)), tmp_path)
     (tmp_path / "nothing.xml").write_text("<testsuites/>")
     assert engine_junit.main([str(tmp_path / "nothing.xml")]) == 2
@@ -126,8 +126,7 @@ def test_a_pin_of_nothing_the_release_requires_is_refused() -> None:
 
 
 def test_every_declared_engine_target_is_whole() -> None:
-    """Each engine entry joins its record and details (a field added to `EngineDetails` that
-    one engine's details lack fails here, not in its session)."""
+    """Each engine entry is an `EngineTarget` that names its tests and its builders."""
     from conformance.engines.target import engine_target
     from conformance.targets import engine_names
 

@@ -16,20 +16,16 @@ SGLANG = engine_target("sglang")
 
 
 def test_the_record_is_the_declarations_entry() -> None:
-    assert SGLANG.record is BUILTIN_TARGETS["sglang"]
-    assert (SGLANG.record.kind, SGLANG.record.default, SGLANG.record.release) == (
-        "engine",
-        False,
-        False,
-    )
+    assert SGLANG is BUILTIN_TARGETS["sglang"]
+    assert (SGLANG.kind, SGLANG.default, SGLANG.release) == ("engine", False, False)
     assert SGLANG.distribution == "sglang" and SGLANG.tests == "tests/engines/sglang"
-    assert SGLANG.junit == "sglang.xml"
+    assert SGLANG.python == "3.11"
     assert SGLANG.facts_file("0.5.23") == "sglang-0.5.23.facts.json"
     assert SGLANG.environment["TRITON_INTERPRET"] == "1"
 
 
 def test_supported_versions_are_bounded() -> None:
-    assert SGLANG.supports(SGLANG.default_version) is None
+    assert SGLANG.supports(SGLANG.version) is None
     assert "outside the releases" in (SGLANG.supports("0.5.15") or "")
     assert "outside the releases" in (SGLANG.supports("0.6.0") or "")
 

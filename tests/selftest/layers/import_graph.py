@@ -21,6 +21,7 @@ class Layer:
 # where ``peers`` is set, and any floor below.
 LAYERS: tuple[Layer, ...] = (
     Layer(("conformance.aiter_kernels",)),  # a vendor's kernel tables, read by applicability
+    Layer(("conformance.target_types",)),  # what a declaration is, read by conformance.targets
     Layer(
         (
             "conformance.errors",

@@ -18,7 +18,8 @@ from conformance import targets
 from conformance.ci.matrix import build_matrix
 from conformance.signoff.fingerprint import behaviour_files
 from conformance.signoff.machine import RegistryView, StaticView, known_backends
-from conformance.targets import BUILTIN_TARGETS, Target
+from conformance.target_types import BackendTarget, EngineTarget
+from conformance.targets import BUILTIN_TARGETS
 
 pytestmark = pytest.mark.selftest
 
@@ -59,11 +60,11 @@ def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     expectations = tmp_path / "expectations"
     expectations.mkdir()
     (expectations / f"{NAME}.txt").write_text("# nothing expected to fail\n", encoding="utf-8")
-    declaration = Target(
-        NAME,
-        "Conformance run of a tiny GPU backend.",
-        "tiny_gpu_backend:TinyGpuBackend",
-        device_kind="cuda",
+    declaration = BackendTarget(
+        name=NAME,
+        description="Conformance run of a tiny GPU backend.",
+        class_path="tiny_gpu_backend:TinyGpuBackend",
+        device=targets.CUDA,
         behaviour_files=("backends/flashinfer_backend.py",),
         environment={"TINY_GPU_MODE": "strict"},
     )
@@ -121,16 +122,35 @@ def test_the_pytest_plugin_sets_its_environment(
     monkeypatch.delenv("TINY_GPU_MODE", raising=False)
 
 
-def test_an_engine_target_needs_no_class_but_a_backend_does() -> None:
-    releases = {"version": "1.1", "min_version": "1.0", "below_version": "2.0"}
-    engine = Target(
-        "someengine", "An engine.", kind="engine", device_kind="cuda", details="m:D", **releases
-    )
-    assert engine.class_path is None and not engine.default
+ENGINE = {
+    "name": "someengine",
+    "description": "An engine.",
+    "device": targets.CUDA,
+    "distribution": "someengine",
+    "runtime": (),
+    "suite": ("pytest",),
+    "tests": "tests/engines/someengine",
+    "probe_modules": ("someengine",),
+    "must_build": ("ONLY",),
+}
+
+
+def test_an_engine_target_needs_no_class_but_its_details_typed() -> None:
+    engine = EngineTarget(**ENGINE, version="1.1", min_version="1.0", below_version="2.0")
+    assert not hasattr(engine, "class_path") and not engine.default and engine.kind == "engine"
     assert engine.supports("1.5") is None and "outside the releases" in str(engine.supports("2.0"))
-    with pytest.raises(ValueError, match="details: an engine needs it"):
-        Target("nodetails", "An engine without details.", kind="engine", **releases)
-    with pytest.raises(ValueError, match="class_path: a backend needs"):
-        Target("noclass", "A backend without a class.")
+    releases = {"version": "1.1", "min_version": "1.0", "below_version": "2.0"}
+    without = {key: value for key, value in ENGINE.items() if key != "distribution"}
+    with pytest.raises(TypeError, match="distribution"):
+        EngineTarget(**without, **releases)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"version 2\.1 is outside"):
+        EngineTarget(**ENGINE, version="2.1", min_version="1.0", below_version="2.0")
+
+
+def test_a_backend_needs_a_class_and_a_device_kind_that_exists() -> None:
+    with pytest.raises(TypeError, match="class_path"):
+        BackendTarget(name="noclass", description="No class.", device=targets.CPU)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="class_path: expected 'module:Class'"):
+        BackendTarget(name="bad", description="A bad path.", class_path="m.C", device=targets.CPU)
     with pytest.raises(ValueError, match="device_kind: expected one of"):
-        Target("tpu", "A device nobody declares.", "m:C", device_kind="tpu")
+        targets.plugin_target("tpu", type("TpuBackend", (), {"device_kind": "tpu"}), "m:C")
