@@ -41,7 +41,7 @@ from conformance.runs.environment import BACKEND_VARIABLE, gpu_count  # noqa: E4
 from conformance.runs.names import JUNIT_DIR, junit_name  # noqa: E402
 from conformance.runs.shards import DURATIONS_FILE  # noqa: E402
 from conformance.target_types import BackendTarget  # noqa: E402
-from conformance.targets import BUILTIN_TARGETS, default_names  # noqa: E402
+from conformance.targets import BUILTIN_TARGETS, DEVICE_KINDS, default_names  # noqa: E402
 
 nox.needs_version = ">=2025.02.09"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -177,7 +177,7 @@ def _conformance(session: nox.Session, target: BackendTarget, backend: str, juni
         f"--junitxml={path.as_posix()}",  # relative: no machine path in the sidecar
         "-o", f"junit_suite_name=mla-{backend}",
         "-p", "no:cacheprovider", *plugins,
-        *sessions.worker_args(run.device_kind, session.posargs, _gpus(run.device_kind)),
+        *sessions.worker_args(run.device, session.posargs, _gpus(run.device_kind)),
         *session.posargs,
         env={BACKEND_VARIABLE: backend, **threads, **run.environment, **isolation},
     )  # fmt: skip
@@ -225,7 +225,7 @@ def tests(session: nox.Session) -> None:
     _install(session, TESTS)
     session.run(
         _python(session), "-m", "pytest", "tests/selftest", "-p", "no:cacheprovider",
-        *sessions.worker_args("cpu", session.posargs, 1), *session.posargs,
+        *sessions.worker_args(DEVICE_KINDS["cpu"], session.posargs, 1), *session.posargs,
         env={"OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     for target in cpu_targets:

@@ -21,9 +21,11 @@ from conformance.metadata.dims import DEEPSEEK_R1, ModelConfig
 from conformance.metadata.record import CommonAttentionMetadata
 from conformance.numerics.fp8 import is_fp8
 from conformance.persistent.plan import WorkPlan
-from conformance.targets import DEVICE_KINDS, builtin_target_of_class
+from conformance.targets import BUILTIN_TARGETS, DEVICE_KINDS
 
 PLAN_FORMATS: tuple[str, ...] = (AITER_V1,)
+TARGET_FACTS: tuple[str, ...] = ("device_kind", "behaviour_files", "environment")
+"""Class attributes a plug-in declares itself; a built-in backend's are its targets entry."""
 
 
 @dataclass(frozen=True)
@@ -242,26 +244,21 @@ class Backend(ABC):
     """How its decode computes: ``fp32-reference``, ``tensor-core`` (bf16 dot operands) or
     ``dequant-bf16`` (fp8 KV dequantised to bf16 before the dots); selects the tolerance
     (conformance/numerics/tolerances.py)."""
-    device_kind: ClassVar[str] = "cpu"
-    """The kind of device its decode needs: ``cpu``, ``cuda`` or ``rocm``; the sign-off checks
-    every run's provenance against it."""
     tiny_cases_only: ClassVar[bool] = False
     """Run only the golden cases marked tiny (an interpreter is slow)."""
+
+    # A plug-in's target facts (`conformance.targets.plugin_target` reads them). A built-in
+    # backend declares them in its `conformance.targets` entry instead, never here; either is
+    # read through `conformance.targets` (`declared`, `device_of`), never from the class.
+    device_kind: ClassVar[str | None] = None
+    """The kind of device its decode needs: ``cpu`` (None: cpu), ``cuda``, ``rocm`` or another
+    of `conformance.targets.DEVICE_KINDS`; the sign-off checks every run's provenance
+    against it."""
     behaviour_files: ClassVar[tuple[str, ...]] = ()
     """Glob patterns, relative to the repository, of the files that decide its behaviour (its
-    evidence fingerprint); a built-in backend declares them in `conformance.targets`."""
+    evidence fingerprint)."""
     environment: ClassVar[Mapping[str, str]] = {}
-    """Variables its runs set (if unset) before its tests run; a built-in backend declares
-    them in `conformance.targets`."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A built-in backend's class takes its device facts from `conformance.targets`."""
-        super().__init_subclass__(**kwargs)
-        target = builtin_target_of_class(cls.__module__, cls.__qualname__)
-        if target is not None:
-            cls.device_kind = target.device_kind
-            cls.behaviour_files = target.behaviour_files
-            cls.environment = target.environment
+    """Variables its runs set (if unset) before its tests run."""
 
     def declaration(self) -> str:
         """The declaration in words, e.g. ``plan_format=None, q_dtypes=(bf16), ...``."""
@@ -286,8 +283,14 @@ class Backend(ABC):
             bad = [d for d in getattr(self, name) if d != torch.bfloat16 and not is_fp8(d)]
             if bad or not getattr(self, name):
                 problems.append(f"{name}: expected bf16 or fp8 dtypes, found {bad or '()'}")
-        if self.device_kind not in DEVICE_KINDS:
+        if self.device_kind is not None and self.device_kind not in DEVICE_KINDS:
             problems.append(f"device_kind: expected one of {sorted(DEVICE_KINDS)}")
+        if getattr(self, "name", None) in BUILTIN_TARGETS:
+            problems += [
+                f"{fact}: on the class; a built-in backend's is its conformance/targets.py entry"
+                for fact in TARGET_FACTS
+                if getattr(type(self), fact) != getattr(Backend, fact)
+            ]
         if self.plan_format is not None and not self.plan_archs():
             problems.append(f"plan_archs: plan_format={self.plan_format} needs a profile")
         return problems

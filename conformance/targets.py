@@ -42,7 +42,6 @@ CUDA = DeviceKind(
 ROCM = DeviceKind("rocm", "HIP_VISIBLE_DEVICES", ("self-hosted", "amd"), "amd", 90, ("gpu", "rocm"))
 DEVICE_KINDS: dict[str, DeviceKind] = {kind.name: kind for kind in (CPU, CUDA, ROCM)}
 """Every device kind by name; a new kind is one more entry, which every consumer sees."""
-DEFAULT_DEVICE_KIND = CPU.name
 
 TRITON_FILES = ("backends/triton_backend.py", "kernels/triton_mla/*.py")
 
@@ -282,20 +281,6 @@ def release_names() -> tuple[str, ...]:
     return tuple(name for name, target in BUILTIN_TARGETS.items() if target.release)
 
 
-def builtin_target_of_class(module: str, qualname: str) -> BackendTarget | None:
-    """The built-in backend whose class is ``qualname`` defined in ``module`` (or in a module
-    below the package its class path names); None for any other class."""
-    for target in BUILTIN_TARGETS.values():
-        if not isinstance(target, BackendTarget):
-            continue
-        declared_module, _, declared_name = target.class_path.partition(":")
-        if declared_name == qualname and (
-            module == declared_module or module.startswith(declared_module + ".")
-        ):
-            return target
-    return None
-
-
 @cache
 def plugin_entry_points() -> dict[str, str]:
     """``{name: "module:Class"}`` of the third-party backends installed here."""
@@ -316,7 +301,7 @@ def plugin_target(name: str, backend_class: Any, class_path: str) -> BackendTarg
     """A plug-in's declaration, read from its `Backend` class attributes (with defaults);
     `ValueError` for a device kind `DEVICE_KINDS` does not hold."""
     doc = (getattr(backend_class, "__doc__", None) or "").strip()
-    kind = str(getattr(backend_class, "device_kind", None) or DEFAULT_DEVICE_KIND)
+    kind = str(getattr(backend_class, "device_kind", None) or CPU.name)
     if kind not in DEVICE_KINDS:
         raise ValueError(
             f"target {name!r}: device_kind: expected one of {sorted(DEVICE_KINDS)}, found {kind!r}"
@@ -349,9 +334,12 @@ def declared(name: str, *, load_plugins: bool = True) -> Target | None:
         return None
 
 
-def device_kind_of(
-    name: str, *, load_plugins: bool = True, default: str | None = None
-) -> str | None:
-    """The device kind target ``name`` declares; ``default`` when nobody declares it."""
+def device_of(name: str, *, load_plugins: bool = True) -> DeviceKind | None:
+    """The `DeviceKind` target ``name`` declares, built-in or plug-in (a plug-in's module is
+    imported unless ``load_plugins`` is false); None when nobody declares it.
+
+    The one lookup of a target's device facts: GPU pinning, xdist workers, the CI runner,
+    queue and timeout, the provenance a run records and what the sign-off expects of it.
+    """
     target = declared(name, load_plugins=load_plugins)
-    return default if target is None else target.device_kind
+    return None if target is None else target.device

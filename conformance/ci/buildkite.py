@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from conformance.ci.runner_env import CPU_WHEELS_ENV, NOX, SETUP
-from conformance.targets import DEFAULT_DEVICE_KIND, DEVICE_KINDS
+from conformance.targets import CPU, DEVICE_KINDS
 
-DEFAULT_QUEUE = DEVICE_KINDS[DEFAULT_DEVICE_KIND].queue
+DEFAULT_QUEUE = CPU.queue
 SIGNOFF_TIMEOUT_MINUTES = 20
 
 

@@ -22,11 +22,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from conformance.runs.names import Shard, junit_name
-from conformance.targets import DEFAULT_DEVICE_KIND, DEVICE_KINDS, DeviceKind, device_kind_of
+from conformance.target_types import DeviceKind
+from conformance.targets import CPU, DEVICE_KINDS, device_of
 
-BACKEND_TAGS: frozenset[str] = frozenset(tag for kind in DEVICE_KINDS.values() for tag in kind.tags)
-DEFAULT_RUNNER = DEVICE_KINDS[DEFAULT_DEVICE_KIND].runner
-DEFAULT_TIMEOUT_MINUTES = DEVICE_KINDS[DEFAULT_DEVICE_KIND].timeout_minutes
+DEFAULT_RUNNER = CPU.runner
+DEFAULT_TIMEOUT_MINUTES = CPU.timeout_minutes
+
+
+def backend_tags() -> frozenset[str]:
+    """The nox tags of every device kind: a session with one of them is a backend session."""
+    return frozenset(tag for kind in DEVICE_KINDS.values() for tag in kind.tags)
 
 
 class MatrixError(ValueError):
@@ -51,12 +56,12 @@ def parse_shard_counts(text: str) -> dict[str, int]:
 def device_for(backend: str, tags: Sequence[str]) -> DeviceKind:
     """The device kind a backend session runs on: the declared one, else the one its tags
     name (a GPU kind before the CPU), else the CPU."""
-    declared = device_kind_of(backend, load_plugins=False)
+    declared = device_of(backend, load_plugins=False)
     if declared is not None:
-        return DEVICE_KINDS[declared]
+        return declared
     named = [kind for kind in DEVICE_KINDS.values() if kind.name in tags]
     named.sort(key=lambda kind: not kind.is_gpu)
-    return named[0] if named else DEVICE_KINDS[DEFAULT_DEVICE_KIND]
+    return named[0] if named else CPU
 
 
 def runner_for(backend: str, tags: Sequence[str]) -> str | list[str]:
@@ -80,7 +85,7 @@ def _backend_sessions(sessions: Any) -> list[tuple[str, str, list[str]]]:
         tags = entry.get("tags") or []
         if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
             raise MatrixError(f"nox session {entry['session']!r}: 'tags' is not a list of strings")
-        if not BACKEND_TAGS.intersection(tags):
+        if not backend_tags().intersection(tags):
             continue
         call_spec = entry.get("call_spec") or {}
         backend = call_spec.get("backend") if isinstance(call_spec, Mapping) else None

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from conformance.runs.environment import gpu_count
 from conformance.runs.names import Shard, junit_name, parse_shard, partial_junit_path, sidecar_path
-from conformance.target_types import Target
-from conformance.targets import DEVICE_KINDS, declared
+from conformance.target_types import DeviceKind, Target
+from conformance.targets import declared
 
 # pytest options of the suite's sessions that take a separate value (``-k EXPR``).
 VALUE_OPTIONS = frozenset(
@@ -73,13 +73,13 @@ def has_test_paths(posargs: Sequence[str], root: Path) -> bool:
     return False
 
 
-def worker_args(device_kind: str, posargs: Sequence[str], gpus: int) -> list[str]:
+def worker_args(device: DeviceKind, posargs: Sequence[str], gpus: int) -> list[str]:
     """xdist workers: one per core on a CPU device kind, one per GPU on a GPU kind — a worker
     even for one GPU, so that a vendor library that aborts the process (AITER's missing
     kernel) takes one test down, reported as its error, not the run (none without a GPU)."""
     if any(arg.startswith(("-n", "--numprocesses")) for arg in posargs):
         return []
-    if not DEVICE_KINDS[device_kind].is_gpu:
+    if not device.is_gpu:
         return ["-n", "auto"]  # with OMP_NUM_THREADS=1
     return ["-n", str(gpus)] if gpus >= 1 else []
 

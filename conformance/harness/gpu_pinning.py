@@ -13,21 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from conformance.runs.environment import GPU_COUNT_VARIABLE, gpu_count
-from conformance.targets import DEVICE_KINDS, device_kind_of
+from conformance.runs.environment import gpu_count
+from conformance.targets import DEVICE_KINDS, device_of
 
-__all__ = [
-    "GPU_COUNT_VARIABLE",
-    "VISIBLE_DEVICES_VARIABLE",
-    "gpu_count",
-    "pinned_devices",
-    "pinned_for_backend",
-    "worker_number",
-]
-
-VISIBLE_DEVICES_VARIABLE: dict[str, str] = {
-    kind.name: kind.visible_devices for kind in DEVICE_KINDS.values() if kind.visible_devices
-}
 _WORKER_ID = re.compile(r"^gw(\d+)$")
 
 
@@ -45,7 +33,8 @@ def pinned_devices(
     Returns ``{}`` when nothing should change: a CPU (or unknown) kind, fewer than two workers,
     or an id that is not an xdist worker's. Raises `ValueError` for a bad ``MLA_GPU_COUNT``.
     """
-    variable = VISIBLE_DEVICES_VARIABLE.get(device_kind or "")
+    kind = DEVICE_KINDS.get(device_kind or "")
+    variable = None if kind is None else kind.visible_devices
     number = worker_number(worker_id)
     if variable is None or number is None or worker_count < 2:
         return {}
@@ -60,5 +49,6 @@ def pinned_for_backend(
     backend: str, environ: Mapping[str, str], *, worker_id: str, worker_count: int
 ) -> dict[str, str]:
     """`pinned_devices` for the device kind ``backend`` declares (built-in or plug-in)."""
-    kind = device_kind_of(backend) if worker_count > 1 else None
+    device = device_of(backend) if worker_count > 1 else None
+    kind = None if device is None else device.name
     return pinned_devices(kind, environ, worker_id=worker_id, worker_count=worker_count)

@@ -48,6 +48,7 @@ from conformance.harness.run_state import (
 )
 from conformance.harness.selection import partial_junit_path, partial_reason
 from conformance.runs.archive import archive_superseded
+from conformance.runs.environment import gpu_count
 from conformance.runs.expectations import (
     ExpectationFileError,
     expectations_path,
@@ -125,7 +126,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as error:
         raise _usage("--shard", error) from None
     try:
-        gpu_pinning.gpu_count(os.environ)
+        gpu_count(os.environ)
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
     backend = backend_name(config)

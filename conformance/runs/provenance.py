@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.runs.environment import GIT_COMMIT_VARIABLE
-from conformance.targets import DEVICE_KINDS, device_kind_of
+from conformance.targets import device_of
 
 # module name -> distribution names to ask importlib.metadata when the module is not imported
 TRACKED_PACKAGES: dict[str, tuple[str, ...]] = {
@@ -138,26 +138,13 @@ def run_devices(worker_devices: Iterable[str], device: str | None) -> list[str]:
     return named or ([device] if device else [])
 
 
-def _declared_device_kind(backend: str) -> str | None:
-    """The backend's declared ``device_kind``: the built-in declaration, else a plug-in's,
-    if the registry is loaded (a plug-in module is never imported here)."""
-    kind = device_kind_of(backend, load_plugins=False)
-    if kind is not None:
-        return kind
-    registry = sys.modules.get("backends.registry")
-    if registry is None:
-        return None
-    try:
-        return str(registry.get_backend(backend).device_kind)
-    except Exception:  # an unknown or broken backend: its device is not known
-        return None
-
-
 def device_name(backend: str) -> str | None:
     """The device a backend runs on: the GPU for a backend of a GPU device kind, the CPU
-    model otherwise."""
-    kind = DEVICE_KINDS.get(_declared_device_kind(backend) or "")
-    if kind is not None and kind.is_gpu:
+    model otherwise. A plug-in's declaration is read only once the registry is loaded (its
+    module is never imported here)."""
+    loaded = "backends.registry" in sys.modules
+    device = device_of(backend, load_plugins=loaded)
+    if device is not None and device.is_gpu:
         return gpu_name()
     return cpu_name()
 

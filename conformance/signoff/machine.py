@@ -16,11 +16,7 @@ from typing import Protocol
 from conformance.applicability import Declaration
 from conformance.runs.names import junit_name
 from conformance.signoff.model import DEFAULT_BACKENDS
-from conformance.targets import BUILTIN_TARGETS, engine_names, plugin_entry_points
-
-BUILTIN_DEVICE_KINDS: dict[str, str] = {
-    name: target.device_kind for name, target in BUILTIN_TARGETS.items()
-}
+from conformance.targets import BUILTIN_TARGETS, device_of, engine_names, plugin_entry_points
 
 
 class BackendView(Protocol):
@@ -98,13 +94,10 @@ class RegistryView:
         return f"backend {backend} unavailable: {availability.reason}"
 
     def device_kind(self, backend: str) -> str | None:
-        """``Backend.device_kind`` from the registry, else the built-in table."""
-        try:
-            from backends.registry import get_backend
-
-            return str(get_backend(backend).device_kind)
-        except Exception:
-            return BUILTIN_DEVICE_KINDS.get(backend)
+        """The device kind ``backend`` declares (`conformance.targets.device_of`: the built-in
+        table, else an installed plug-in's class)."""
+        device = device_of(backend)
+        return None if device is None else device.name
 
     def declaration(self, backend: str) -> Declaration | None:
         """The declaration of the registry's ``backend`` (None when it cannot be loaded)."""
@@ -124,7 +117,8 @@ class StaticView:
     runnable_names: Sequence[str] | None = None
     plugin_names: Sequence[str] = ()
     reasons: Mapping[str, str] = field(default_factory=dict)
-    kinds: Mapping[str, str] = field(default_factory=lambda: dict(BUILTIN_DEVICE_KINDS))
+    kinds: Mapping[str, str] | None = None
+    """Device kind by backend; None: what `conformance.targets` declares (no plug-in loaded)."""
     declarations: Mapping[str, Declaration] = field(default_factory=dict)
 
     def registered(self) -> list[str]:
@@ -144,8 +138,11 @@ class StaticView:
         return self.reasons.get(backend)
 
     def device_kind(self, backend: str) -> str | None:
-        """The fixed device kind of ``backend``, if any."""
-        return self.kinds.get(backend)
+        """The fixed device kind of ``backend``, else the declared one, if any."""
+        if self.kinds is not None:
+            return self.kinds.get(backend)
+        device = device_of(backend, load_plugins=False)
+        return None if device is None else device.name
 
     def declaration(self, backend: str) -> Declaration | None:
         """The fixed declaration of ``backend``, if any."""

@@ -11,8 +11,8 @@ from typing import Any
 
 from conformance.signoff.fingerprint import FINGERPRINT_KEY
 from conformance.signoff.model import BackendInput
+from conformance.targets import DEVICE_KINDS
 
-GPU_KINDS: frozenset[str] = frozenset({"cuda", "rocm"})
 DIRTY = "a working tree with uncommitted changes"
 
 
@@ -38,7 +38,8 @@ def provenance_warnings(backend_input: BackendInput) -> list[str]:
             commit = sidecar.get("git_commit") or "an unknown commit"
             warnings.append(f"{run.path.name}: run made from {DIRTY} (at {commit})")
         kind = sidecar.get("device_kind")
-        if kind in GPU_KINDS and not sidecar.get("gpus"):
+        device = DEVICE_KINDS.get(kind) if isinstance(kind, str) else None
+        if device is not None and device.is_gpu and not sidecar.get("gpus"):
             warnings.append(
                 f"{run.path.name}: a {kind} run whose sidecar names no GPU in 'gpus' (device "
                 f"{sidecar.get('device')!r}, devices {sidecar.get('devices') or []}): it cannot "

@@ -8,13 +8,20 @@ import pytest
 import torch
 
 from backends import registry
-from backends.base import AITER_V1, Availability, Backend, BuilderConfig, KVCacheSpec
+from backends.base import (
+    AITER_V1,
+    TARGET_FACTS,
+    Availability,
+    Backend,
+    BuilderConfig,
+    KVCacheSpec,
+)
 from backends.common import PlanFreeBuilder
 from conformance.metadata.batch import BATCH_SPECS, make_cam
 from conformance.metadata.dims import DEEPSEEK_R1
 from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL, MLAAttentionLayer
 from conformance.target_types import BackendTarget
-from conformance.targets import BUILTIN_TARGETS, CPU
+from conformance.targets import BUILTIN_TARGETS, CPU, DEVICE_KINDS, builtin_backends, load_class
 
 pytestmark = pytest.mark.selftest
 
@@ -109,3 +116,30 @@ def test_the_registry_refuses_a_backend_that_declares_itself_wrongly(monkeypatch
         assert "no_q_dtypes" not in registry.available_backends()
     finally:
         registry.get_backend.cache_clear()
+
+
+class CpuWithItsOwnFacts(Minimal):
+    """BROKEN: a built-in backend's class declaring device facts its target entry holds."""
+
+    name: ClassVar[str] = "cpu"
+    device_kind: ClassVar[str | None] = "cuda"
+    environment: ClassVar[dict[str, str]] = {"OMP_NUM_THREADS": "8"}
+
+
+def test_a_built_in_backend_s_device_facts_live_in_its_target_entry_only() -> None:
+    assert CpuWithItsOwnFacts().check_declaration() == [
+        "device_kind: on the class; a built-in backend's is its conformance/targets.py entry",
+        "environment: on the class; a built-in backend's is its conformance/targets.py entry",
+    ]
+    for name in builtin_backends():
+        backend_class = load_class(builtin_backends()[name])
+        assert all(getattr(backend_class, fact) == getattr(Backend, fact) for fact in TARGET_FACTS)
+
+
+def test_a_plug_in_s_device_kind_must_be_a_declared_kind() -> None:
+    class OnAnUnknownDevice(Minimal):
+        device_kind: ClassVar[str | None] = "tpu"
+
+    assert OnAnUnknownDevice().check_declaration() == [
+        f"device_kind: expected one of {sorted(DEVICE_KINDS)}"
+    ]

@@ -11,6 +11,7 @@ import pytest
 from conformance.ci import installer, sessions
 from conformance.ci.sessions import SessionArgumentError, check_arguments
 from conformance.runs.names import Shard
+from conformance.targets import CPU, CUDA, ROCM
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -49,11 +50,11 @@ def test_test_paths_are_told_from_option_values() -> None:
 
 
 def test_workers_follow_the_backend_unless_given() -> None:
-    assert sessions.worker_args("cpu", [], 1) == ["-n", "auto"]
-    assert sessions.worker_args("cuda", [], 4) == ["-n", "4"]
-    assert sessions.worker_args("cuda", [], 1) == ["-n", "1"]  # an abort takes one test down
-    assert sessions.worker_args("rocm", [], 0) == []
-    assert sessions.worker_args("cpu", ["-n", "1"], 1) == []
+    assert sessions.worker_args(CPU, [], 1) == ["-n", "auto"]
+    assert sessions.worker_args(CUDA, [], 4) == ["-n", "4"]
+    assert sessions.worker_args(CUDA, [], 1) == ["-n", "1"]  # an abort takes one test down
+    assert sessions.worker_args(ROCM, [], 0) == []
+    assert sessions.worker_args(CPU, ["-n", "1"], 1) == []
 
 
 def test_an_unavailable_backend_is_a_skip_reason(tmp_path: Path) -> None:

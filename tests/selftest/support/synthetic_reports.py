@@ -23,7 +23,8 @@ from conformance.runs.sidecar import SIDECAR_FORMAT
 from conformance.signoff.engine import SignoffOptions
 from conformance.signoff.evidence import VERSIONS_FILE
 from conformance.signoff.fingerprint import FINGERPRINT_KEY, fingerprint
-from conformance.signoff.machine import BUILTIN_DEVICE_KINDS, StaticView
+from conformance.signoff.machine import StaticView
+from conformance.targets import device_of
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfail")
 
@@ -112,7 +113,8 @@ def sidecar_document(
     **changes: Any,
 ) -> dict[str, Any]:
     """A sidecar as the report plugin writes it (override any field with ``changes``)."""
-    kind = BUILTIN_DEVICE_KINDS.get(backend, "cpu")
+    device = device_of(backend, load_plugins=False)
+    kind = "cpu" if device is None else device.name
     document: dict[str, Any] = {
         "format": SIDECAR_FORMAT,
         "backend": backend,

@@ -10,8 +10,9 @@ import pytest
 
 from conformance import targets
 from conformance.ci import sessions
-from conformance.harness import gpu_pinning, reporting
+from conformance.harness import reporting
 from conformance.harness.run_state import RunState
+from conformance.runs.environment import gpu_count
 
 pytestmark = pytest.mark.selftest
 
@@ -54,10 +55,10 @@ def test_four_gpus_give_four_workers_each_on_its_own_gpu(
     backend: str, gpu_plugin: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     environ = {"MLA_GPU_COUNT": "4"}
-    gpus = gpu_pinning.gpu_count(environ)
-    kind = targets.device_kind_of(backend)
-    assert kind == "cuda"
-    assert sessions.worker_args(kind, [], gpus) == ["-n", "4"]
+    gpus = gpu_count(environ)
+    device = targets.device_of(backend)
+    assert device is targets.CUDA
+    assert sessions.worker_args(device, [], gpus) == ["-n", "4"]
     pinned = [_pin(backend, f"gw{index}", 4, environ, monkeypatch) for index in range(4)]
     assert pinned == [{"CUDA_VISIBLE_DEVICES": str(index)} for index in range(4)]
 

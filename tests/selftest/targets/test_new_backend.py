@@ -78,8 +78,9 @@ def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_registry_loads_it_with_its_declared_facts(tiny: Path) -> None:
     assert NAME in registry.backend_names()
     backend = registry.get_backend(NAME)
-    assert backend.device_kind == "cuda"  # from the declaration, not from the class
-    assert dict(backend.environment) == {"TINY_GPU_MODE": "strict"}
+    assert targets.device_of(NAME) is targets.CUDA  # from the declaration
+    assert dict(BUILTIN_TARGETS[NAME].environment) == {"TINY_GPU_MODE": "strict"}
+    assert backend.device_kind is None and not backend.environment  # the class declares none
     assert backend.check_declaration() == []
 
 
