@@ -13,9 +13,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from conformance.runs.provenance import machine_facts
+from conformance.runs.record import EngineRun, RunRecord
+from conformance.runs.sidecar import write_sidecar as write_run_sidecar
 from conformance.target_types import EngineTarget
 
 
@@ -64,38 +68,32 @@ def write_sidecar(
     pins: Sequence[str] = (),
 ) -> None:
     """The run's ``.meta.json``: provenance naming the engine release and the builders run."""
-    from conformance.runs.provenance import run_facts
-    from conformance.runs.sidecar import SIDECAR_FORMAT
-    from conformance.runs.sidecar import write_sidecar as write_run_sidecar
-
     builders: dict[str, Any] = {}
     if facts_file.exists():
         facts = json.loads(facts_file.read_text(encoding="utf-8"))
         builders = {n: b["status"] for n, b in facts.get("builders", {}).items()}
-    document = {
-        "format": SIDECAR_FORMAT,
-        "backend": target.name,
-        "kind": target.kind,
-        "engine": {
-            "name": target.name,
-            "version": version,
-            "builders": builders,
-            "pins_replaced": list(pins),
-        },
-        "junit": junit.name,
-        "junit_sha256": hashlib.sha256(junit.read_bytes()).hexdigest() if junit.exists() else None,
-        "shard": None,
-        "selection": "full" if selection is None else "partial",
-        **({"selection_reason": selection} if selection else {}),
-        "device_kind": target.device_kind,
-        "finished": True,
-        "exitstatus": exitstatus,
-        "facts": facts_file.as_posix(),
-        "counts": junit_counts(junit),
-        **run_facts(target.device_kind, Path.cwd()),
-        "versions": dict(versions),  # the engine's environment, not the interpreter running nox
-    }
-    write_run_sidecar(junit, document)
+    machine = machine_facts(target.name, Path.cwd())
+    run = EngineRun(
+        version=version,
+        builders=builders,
+        pins_replaced=list(pins),
+        facts=facts_file.as_posix(),
+        counts=junit_counts(junit),
+    )
+    record = RunRecord(
+        backend=target.name,
+        junit=junit.name,
+        # the engine's environment, not the interpreter running nox
+        machine=replace(machine, versions=dict(versions)),
+        finished=True,
+        exitstatus=exitstatus,
+        selection="full" if selection is None else "partial",
+        selection_reason=selection,
+        device_kind=target.device_kind,
+        engine=run,
+        junit_sha256=hashlib.sha256(junit.read_bytes()).hexdigest() if junit.exists() else None,
+    )
+    write_run_sidecar(junit, record)
 
 
 def disk_use(path: Path) -> int:

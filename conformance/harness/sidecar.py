@@ -1,15 +1,17 @@
-"""What the pytest plugin writes in the sidecar of a conformance run (`conformance.runs.sidecar`).
+"""What the pytest plugin records in the sidecar of a conformance run: its `RunRecord`.
 
-Written by the controller only (never an xdist worker). It holds the backend, shard, whether
-the selection was full or partial (``selection``, ``selection_reason``), the collected and
-selected ids, the expectation file used and its sha256 (``expectations_file``,
-``expectations_sha256``: null when there is no such file), availability, the backend's
-declaration, device, versions, git commit and timestamps.
+Written by the controller only (never an xdist worker), from what it and the process that ran
+the tests learnt: the backend, shard, whether the selection was full or partial
+(``selection``, ``selection_reason``), the collected and selected ids, the expectation file
+used and its sha256 (``expectations_file``, ``expectations_sha256``: null when there is no
+such file), availability, the backend's declaration, device, versions, git commit and
+timestamps (`conformance.runs.record`).
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,7 +21,11 @@ from conformance.harness.run_state import RunState, now, relative
 from conformance.runs import provenance
 from conformance.runs.expectations import expectations_sha256
 from conformance.runs.names import junit_name
-from conformance.runs.sidecar import SIDECAR_FORMAT, seal_sidecar, write_sidecar
+from conformance.runs.record import MachineFacts, RunRecord, SessionFacts
+from conformance.runs.sidecar import seal_sidecar, write_sidecar
+
+MACHINE_OVERRIDES = ("device", "versions", "torch_cuda", "torch_hip")
+"""Machine facts the process that ran the tests knows better than the controller."""
 
 
 def availability(backend: str) -> tuple[bool | None, str | None]:
@@ -102,47 +108,69 @@ def process_facts(state: RunState) -> dict[str, Any]:
     }
 
 
-def document(
-    config: pytest.Config, state: RunState, *, finished: bool, exitstatus: int | None
-) -> dict[str, Any]:
-    """The sidecar's JSON document."""
-    facts = provenance.run_facts(state.backend, config.rootpath)
+def _process(state: RunState, *, finished: bool) -> dict[str, Any]:
+    """The facts of the process that ran the tests: the first xdist worker that collected,
+    else the controller once it finished (none before)."""
     worker_facts = [report for report in state.worker_reports if report.get("collected_ids")]
     if state.worker_reports:
-        process = worker_facts[0] if worker_facts else state.worker_reports[0]
-    elif finished:
-        process = process_facts(state)
-    else:
-        process = {}
-    facts.update({key: value for key, value in process.items() if value is not None})
-    facts["devices"] = provenance.run_devices(
-        (report.get("device") for report in state.worker_reports), facts.get("device")
+        return worker_facts[0] if worker_facts else state.worker_reports[0]
+    return process_facts(state) if finished else {}
+
+
+def _machine(controller: MachineFacts, process: dict[str, Any]) -> MachineFacts:
+    """The controller's machine facts, with those the process that ran the tests knows."""
+    known = {key: process[key] for key in MACHINE_OVERRIDES if process.get(key) is not None}
+    return replace(controller, **known)
+
+
+def record(
+    config: pytest.Config, state: RunState, *, finished: bool, exitstatus: int | None
+) -> RunRecord:
+    """The run's `RunRecord`."""
+    process = _process(state, finished=finished)
+    machine = _machine(provenance.machine_facts(state.backend, config.rootpath), process)
+    session = SessionFacts(
+        run_id=state.run_id,
+        started=state.started,
+        finished_at=now() if finished else None,
+        args=[str(argument) for argument in config.invocation_params.args],
+        xdist_workers=len(state.worker_reports),
+        shard_algorithm=state.shard_algorithm,
+        expectations_file=relative(state.expectations_file, config.rootpath),
+        expectations_sha256=expectations_sha256(state.expectations_file),
+        devices=provenance.run_devices(
+            (report.get("device") for report in state.worker_reports), machine.device
+        ),
+        collected_ids=process.get("collected_ids"),
+        selected_ids=process.get("selected_ids"),
+        filtered_out=process.get("filtered_out"),
+        conformance_collected=process.get("conformance_collected"),
+        stale_expectations=process.get("stale_expectations"),
+        available=process.get("available"),
+        availability_reason=process.get("availability_reason"),
+        declaration=process.get("declaration"),
+        backend_provenance=process.get("backend_provenance"),
+        gpus=process.get("gpus"),
+        pinned=process.get("pinned"),
     )
-    return {
-        "format": SIDECAR_FORMAT,
-        "backend": state.backend,
-        "shard": None if state.shard is None else str(state.shard),
-        "shard_algorithm": state.shard_algorithm,
-        "selection": state.selection,
-        "selection_reason": state.selection_reason,
-        "junit": None if state.junit_path is None else state.junit_path.name,
-        "run_id": state.run_id,
-        "started": state.started,
-        "finished_at": now() if finished else None,
-        "finished": finished,
-        "exitstatus": exitstatus,
-        "args": [str(argument) for argument in config.invocation_params.args],
-        "xdist_workers": len(state.worker_reports),
-        "expectations_file": relative(state.expectations_file, config.rootpath),
-        "expectations_sha256": expectations_sha256(state.expectations_file),
-        **facts,
-    }
+    return RunRecord(
+        backend=state.backend,
+        junit=None if state.junit_path is None else state.junit_path.name,
+        machine=machine,
+        finished=finished,
+        exitstatus=exitstatus,
+        shard=None if state.shard is None else str(state.shard),
+        selection=state.selection,
+        selection_reason=state.selection_reason,
+        device_kind=process.get("device_kind"),
+        session=session,
+    )
 
 
 def write(config: pytest.Config, state: RunState, **kwargs: Any) -> None:
     """Write the sidecar atomically beside the JUnit file."""
     assert state.junit_path is not None
-    write_sidecar(state.junit_path, document(config, state, **kwargs))
+    write_sidecar(state.junit_path, record(config, state, **kwargs))
 
 
 def stamp_junit_suite(config: pytest.Config, state: RunState) -> None:

@@ -4,7 +4,8 @@ Below the pytest harness, the sign-off and the CI generators, which all take it 
 
 - `names`: JUnit and sidecar file names, shards, the partial-run directory;
 - `shards`: which tests belong to which shard (hash rule, or recorded durations);
-- `sidecar`: the sidecar's format, its machine facts, its atomic write and seal;
+- `record`: the run report a sidecar holds (`RunRecord`), which every writer fills;
+- `sidecar`: the sidecar's machine facts, its atomic write and seal;
 - `expectations`: per-backend expectation files (``conformance/expectations/``);
 - `skip_reasons`: the harness's words for a not-applicable claim the suite did not make;
 - `provenance`: the machine and software facts a run records;

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.runs.environment import GIT_COMMIT_VARIABLE
+from conformance.runs.record import MachineFacts
 from conformance.targets import device_of
 
 # module name -> distribution names to ask importlib.metadata when the module is not imported
@@ -149,14 +150,17 @@ def device_name(backend: str) -> str | None:
     return cpu_name()
 
 
-def run_facts(backend: str, cwd: Path) -> dict[str, Any]:
-    """All facts of one run, as a JSON-ready dict."""
-    return {
-        "device": device_name(backend),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "hostname": platform.node(),
-        "versions": package_versions(),
-        **torch_build(),
-        **git_facts(cwd),
-    }
+def machine_facts(backend: str, cwd: Path) -> MachineFacts:
+    """The machine and software of a run of ``backend`` from the checkout at ``cwd``."""
+    build, git = torch_build(), git_facts(cwd)
+    return MachineFacts(
+        device=device_name(backend),
+        python=platform.python_version(),
+        platform=platform.platform(),
+        hostname=platform.node(),
+        versions=package_versions(),
+        torch_cuda=build["torch_cuda"],
+        torch_hip=build["torch_hip"],
+        git_commit=git["git_commit"],
+        git_dirty=git["git_dirty"],
+    )

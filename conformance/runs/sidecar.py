@@ -1,8 +1,9 @@
-"""The sidecar of a run's JUnit file: its format, the facts it records, and its writes.
+"""The sidecar of a run's JUnit file: where it lives, the facts it records, and its writes.
 
 A sidecar is a JSON object (``format``: ``mla-conformance-run/<n>``) beside the JUnit file
-(`conformance.runs.names.sidecar_path`). The pytest plugin writes it atomically and then seals
-it with the sha256 of the finished JUnit file; the sign-off reads it.
+(`conformance.runs.names.sidecar_path`), a `conformance.runs.record.RunRecord` as JSON. The
+pytest plugin writes it atomically and then seals it with the sha256 of the finished JUnit
+file; the engine session writes it once, sealed; the sign-off reads it.
 """
 
 from __future__ import annotations
@@ -10,13 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
 from conformance.runs.atomic import atomic_write_text
 from conformance.runs.names import sidecar_path
+from conformance.runs.record import RunRecord
 
-SIDECAR_FORMAT_PREFIX = "mla-conformance-run/"
-SIDECAR_FORMAT = SIDECAR_FORMAT_PREFIX + "1"
 MACHINE_FACTS: tuple[str, ...] = tuple(
     "device device_kind devices gpus versions torch_cuda torch_hip python platform hostname "
     "git_commit git_dirty".split()
@@ -24,10 +23,10 @@ MACHINE_FACTS: tuple[str, ...] = tuple(
 """The sidecar facts that describe the machine and software of a run."""
 
 
-def write_sidecar(junit_path: Path, document: dict[str, Any]) -> None:
-    """Write ``document`` atomically as the sidecar of ``junit_path``."""
+def write_sidecar(junit_path: Path, record: RunRecord) -> None:
+    """Write ``record`` atomically as the sidecar of ``junit_path``."""
     junit_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(sidecar_path(junit_path), json.dumps(document, indent=2) + "\n")
+    atomic_write_text(sidecar_path(junit_path), json.dumps(record.to_json(), indent=2) + "\n")
 
 
 def seal_sidecar(junit_path: Path, run_id: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from xml.etree.ElementTree import Element, ParseError
 
 from conformance.runs.names import Shard
-from conformance.runs.sidecar import SIDECAR_FORMAT_PREFIX
+from conformance.runs.record import SIDECAR_FORMAT_PREFIX
 from conformance.signoff.errors import SignoffInputError
 from conformance.signoff.model import CaseResult, Outcome, RunReport
 

@@ -18,8 +18,8 @@ from typing import Any
 from xml.etree import ElementTree
 
 from conformance.runs.names import Shard, junit_name, sidecar_path
+from conformance.runs.record import SIDECAR_FORMAT
 from conformance.runs.shards import select_for_shard
-from conformance.runs.sidecar import SIDECAR_FORMAT
 from conformance.signoff.engine import SignoffOptions
 from conformance.signoff.evidence import VERSIONS_FILE
 from conformance.signoff.fingerprint import FINGERPRINT_KEY, fingerprint

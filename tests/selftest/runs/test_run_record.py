@@ -1,0 +1,102 @@
+"""`RunRecord` writes the sidecar the sign-off has always read: the committed evidence's
+sidecars, key for key and in order, and the newest byte for byte."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.runs.record import EngineRun, MachineFacts, RunRecord, SessionFacts
+
+pytestmark = pytest.mark.selftest
+
+REPO = Path(__file__).resolve().parents[3]
+EVIDENCE = sorted((REPO / "reports" / "evidence").glob("*/*.meta.json"))
+MACHINE = MachineFacts("CPU", "3.11.7", "Linux", "host", {"torch": "2.9"}, None, None, "abc", False)
+EVERY_KEY: dict[str, Any] = {
+    "collected_ids": [], "selected_ids": [], "filtered_out": 0, "conformance_collected": True,
+    "stale_expectations": [], "available": True, "availability_reason": "", "device_kind": "cpu",
+    "declaration": {}, "backend_provenance": {}, "gpus": [], "pinned": {}, "junit_sha256": "0",
+}  # fmt: skip
+"""A value for each key a backend run's sidecar may leave out."""
+
+
+def _document(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _as_written(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2) + "\n"
+
+
+def recorded(document: dict[str, Any]) -> RunRecord:
+    """The `RunRecord` a backend run's sidecar holds."""
+    machine = MachineFacts(**{f.name: document.get(f.name) for f in fields(MachineFacts)})
+    session = SessionFacts(**{f.name: document.get(f.name) for f in fields(SessionFacts)})
+    return RunRecord(
+        backend=document["backend"],
+        junit=document["junit"],
+        machine=machine,
+        finished=document["finished"],
+        exitstatus=document["exitstatus"],
+        shard=document["shard"],
+        selection=document["selection"],
+        selection_reason=document["selection_reason"],
+        device_kind=document.get("device_kind"),
+        session=session,
+        junit_sha256=document.get("junit_sha256"),
+    )
+
+
+def _newest() -> Path:
+    return max(EVIDENCE, key=lambda path: path.parent.name.split("-", 3)[:3])
+
+
+def test_the_committed_evidence_exists() -> None:
+    assert len(EVIDENCE) >= 5, EVIDENCE
+
+
+def test_the_newest_evidence_sidecar_is_written_back_byte_for_byte() -> None:
+    path = _newest()
+    written = _as_written(recorded(_document(path)).to_json())
+    assert written == path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", EVIDENCE, ids=lambda path: path.parent.name)
+def test_every_committed_sidecar_s_keys_are_the_record_s_in_its_order(path: Path) -> None:
+    document = _document(path)
+    written = [key for key in recorded({**EVERY_KEY, **document}).to_json() if key in document]
+    assert written == list(document), "a key the record does not write, or in another order"
+
+
+def test_a_key_out_of_order_is_not_the_record_s_sidecar() -> None:
+    document = _document(_newest())
+    keys = list(document)
+    keys[1], keys[2] = keys[2], keys[1]
+    reordered = {key: document[key] for key in keys}
+    assert _as_written(recorded(document).to_json()) != _as_written(reordered)
+
+
+def test_an_engine_run_is_an_engine_sidecar() -> None:
+    run = EngineRun("0.33.0", {"TRITON_MLA": "built"}, ["a==1"], "facts.json", {"tests": 1})
+    record = RunRecord("vllm", "vllm.xml", MACHINE, True, 0, device_kind="cpu", engine=run)
+    document = record.to_json()
+    assert (document["kind"], document["engine"]["name"], document["junit_sha256"]) == (
+        "engine",
+        "vllm",
+        None,
+    )
+    assert "selection_reason" not in document and "run_id" not in document
+    partial = RunRecord(
+        "vllm", "vllm.xml", MACHINE, True, 0, "x", "partial", "-k a", "cpu", engine=run
+    ).to_json()
+    assert partial["selection_reason"] == "-k a"
+
+
+def test_a_record_is_of_a_session_or_an_engine_run() -> None:
+    with pytest.raises(ValueError, match="expected a session or an engine run"):
+        RunRecord("cpu", "cpu.xml", MACHINE, True, 0)
