@@ -47,8 +47,7 @@ from conformance.ci.engine_report import (
 )
 from conformance.engines.releases import write_manifest
 from conformance.runs.archive import archive_superseded
-from conformance.runs.names import PARTIAL_DIR as PARTIAL
-from conformance.runs.names import junit_name, partial_junit_path
+from conformance.runs.names import PARTIAL_DIR, junit_name, partial_junit_path
 from conformance.target_types import EngineTarget
 
 REPORTS = Path("reports")
@@ -291,7 +290,7 @@ def run_session(session: Any, target: EngineTarget, *, release: str | None = Non
     junit = JUNIT_DIR / junit_name(target.name, None)
     facts_file = FACTS_DIR / target.facts_file(version)
     if reason is not None:
-        junit, facts_file = partial_junit_path(junit), FACTS_DIR / PARTIAL / facts_file.name
+        junit, facts_file = partial_junit_path(junit), FACTS_DIR / PARTIAL_DIR / facts_file.name
         session.log(f"partial selection ({reason}): the full report and facts stay as they are")
     junit.parent.mkdir(parents=True, exist_ok=True)
     facts_file.parent.mkdir(parents=True, exist_ok=True)

@@ -46,7 +46,7 @@ from conformance.harness.run_state import (
     junit_path,
     relative,
 )
-from conformance.harness.selection import partial_junit_path, partial_reason
+from conformance.harness.selection import partial_reason
 from conformance.runs.archive import archive_superseded
 from conformance.runs.environment import gpu_count
 from conformance.runs.expectations import (
@@ -56,7 +56,7 @@ from conformance.runs.expectations import (
     match_expectation,
     stale_entries,
 )
-from conformance.runs.names import parse_shard
+from conformance.runs.names import parse_shard, partial_junit_path
 from conformance.runs.shards import (
     DURATIONS_FILE,
     duration_algorithm,
@@ -148,7 +148,7 @@ def pytest_configure(config: pytest.Config) -> None:
         has_split = config.stash[DURATIONS_KEY] is not None and duration_algorithm()
         state.shard_algorithm = "durations" if has_split else "hash"
     if is_worker(config):
-        _pin_worker(config, state)
+        pin_worker(config, state)
     config.stash[STATE_KEY] = state
 
 
@@ -163,7 +163,8 @@ def _durations(config: pytest.Config) -> dict[str, float] | None:
         raise _usage("--shard-durations", error) from None
 
 
-def _pin_worker(config: pytest.Config, state: RunState) -> None:
+def pin_worker(config: pytest.Config, state: RunState) -> None:
+    """Give this xdist worker its own device of the backend's kind (`gpu_pinning`)."""
     worker_input = config.workerinput  # type: ignore[attr-defined]
     state.pinned = gpu_pinning.pinned_for_backend(
         state.backend,

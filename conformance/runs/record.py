@@ -10,7 +10,7 @@ key for key and in the same order. A value the process that ran the tests could 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from conformance.target_types import ENGINE
@@ -34,18 +34,9 @@ class MachineFacts:
     git_dirty: bool | None
 
     def to_json(self) -> dict[str, Any]:
-        """The facts as sidecar keys, in the sidecar's order."""
-        return {
-            "device": self.device,
-            "python": self.python,
-            "platform": self.platform,
-            "hostname": self.hostname,
-            "versions": dict(self.versions),
-            "torch_cuda": self.torch_cuda,
-            "torch_hip": self.torch_hip,
-            "git_commit": self.git_commit,
-            "git_dirty": self.git_dirty,
-        }
+        """The facts as sidecar keys, in the sidecar's order (the fields')."""
+        facts = {fact.name: getattr(self, fact.name) for fact in fields(self)}
+        return facts | {"versions": dict(self.versions)}
 
 
 @dataclass(frozen=True)

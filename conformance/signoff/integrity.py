@@ -5,8 +5,8 @@ and suite properties (``backend``, ``shard``, ``run_id``), each testcase's ``bac
 property, its ``tests`` count. Its sidecar's claims: the backend, the JUnit file name, the
 sha256 of the JUnit file, the device kind of the run (``device_kind``, or for older sidecars
 what the device and torch build imply), the ids it collected. What the backend declares: its
-device kind (``Backend.device_kind``); what it collects here (``--collect``, the default for a
-release sign-off). Any disagreement makes the backend INCOMPLETE.
+device kind (`conformance.targets.device_of`); what it collects here (``--collect``, the
+default for a release sign-off). Any disagreement makes the backend INCOMPLETE.
 """
 
 from __future__ import annotations

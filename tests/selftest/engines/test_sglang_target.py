@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conformance.ci import engine_junit
-from conformance.ci.engine_session import EngineSessionError, parse_options
+from conformance.ci.engine_options import EngineSessionError, parse_options
 from conformance.engines.sglang.platform import unsupported_platform
 from conformance.engines.target import engine_target
 from conformance.targets import BUILTIN_TARGETS

@@ -45,7 +45,7 @@ def _pin(
     state = RunState(backend=backend, shard=None, junit_path=None, expectations_file=Path("x"))
     worker_environ = dict(environ)
     monkeypatch.setattr(reporting, "os", SimpleNamespace(environ=worker_environ))
-    reporting._pin_worker(config, state)  # type: ignore[arg-type]
+    reporting.pin_worker(config, state)  # type: ignore[arg-type]
     assert {key: worker_environ[key] for key in state.pinned} == state.pinned
     return state.pinned
 

@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-import torch
 
-from backends.base import Availability, Backend
-from backends.common import PlanFreeBuilder
+from backends.cpu import CpuReferenceBackend
 from conformance import targets
 from conformance.ci import buildkite, sessions
 from conformance.ci.matrix import backend_tags, build_matrix
@@ -36,22 +34,11 @@ BUILT_IN, PLUG_IN = "tiny_xpu", "fast_xpu"
 IDS = node_ids("metadata", 4)
 
 
-class FastXpuBackend(Backend):
+class FastXpuBackend(CpuReferenceBackend):
     """A plug-in on the new kind of device (only its declaration is read)."""
 
     name: ClassVar[str] = PLUG_IN
-    layer_protocol: ClassVar[frozenset[str]] = frozenset()
     device_kind: ClassVar[str | None] = "xpu"
-
-    def availability(self) -> Availability:
-        return Availability(False, "a declaration example")
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
-
-    def builder_cls(self):
-        return PlanFreeBuilder
 
 
 @pytest.fixture
