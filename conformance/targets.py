@@ -231,6 +231,18 @@ BUILTIN_TARGETS: dict[str, Target] = {
             details="conformance.engines.target:VLLM_DETAILS",
         ),
         Target(
+            "vllm_gpu",
+            "vLLM's own MLA decode (TRITON_MLA, FLASHMLA) on a CUDA GPU under the numerics and "
+            "masking families (docs/engines.md).",
+            kind=ENGINE,
+            device_kind="cuda",
+            behaviour_files=("conformance/engines/vllm/*.py", "tests/engines/vllm_gpu/*.py"),
+            version="0.33.0",
+            min_version="0.33.0",
+            below_version="0.35.0",
+            details="conformance.engines.target:VLLM_GPU_DETAILS",
+        ),
+        Target(
             "sglang",
             "SGLang's own ForwardBatch, MLA backends and RadixAttention under the families "
             "(docs/engines.md).",

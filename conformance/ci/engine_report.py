@@ -68,10 +68,11 @@ def write_sidecar(
     from conformance.runs.sidecar import SIDECAR_FORMAT
     from conformance.runs.sidecar import write_sidecar as write_run_sidecar
 
-    builders: dict[str, Any] = {}
+    facts: dict[str, Any] = {}
     if facts_file.exists():
         facts = json.loads(facts_file.read_text(encoding="utf-8"))
-        builders = {n: b["status"] for n, b in facts.get("builders", {}).items()}
+    builders = {n: b["status"] for n, b in facts.get("builders", {}).items()}
+    stood_in = {"stood_in": facts["stood_in"]} if "stood_in" in facts else {}
     document = {
         "format": SIDECAR_FORMAT,
         "backend": target.name,
@@ -81,6 +82,7 @@ def write_sidecar(
             "version": version,
             "builders": builders,
             "pins_replaced": list(pins),
+            **stood_in,
         },
         "junit": junit.name,
         "junit_sha256": hashlib.sha256(junit.read_bytes()).hexdigest() if junit.exists() else None,

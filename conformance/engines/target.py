@@ -55,6 +55,16 @@ class EngineDetails:
     releases: Mapping[str, Release] = field(default_factory=dict)
     """The release matrix: each release the driver is measured on, with its own pins and
     known findings (none: the pinned release alone, no pins of its own)."""
+    option_name: str | None = None
+    """The name in its session's options (``--<name>-version``); None: the target's name."""
+    whole_install: bool = False
+    """Install the engine with every dependency it declares (its GPU stack: a GPU target),
+    instead of `runtime` alone at its pins beside a CPU torch."""
+    probe_setup: tuple[str, ...] = ()
+    """Python statements its probe runs before importing `probe_modules` (stand-ins)."""
+    measures_facts: bool = True
+    """Whether its tests measure an engine facts file (``reports/engines/``, SHA256SUMS);
+    else they write only the run's statuses, beside its JUnit report."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,11 @@ class EngineTarget(EngineDetails):
         return self.record.supports(version)
 
     @property
+    def option(self) -> str:
+        """The name its session's options carry: ``--<option>-version``."""
+        return self.option_name or self.name
+
+    @property
     def junit(self) -> str:
         """The JUnit file name under reports/junit/."""
         return junit_name(self.name, None)
@@ -97,7 +112,10 @@ class EngineTarget(EngineDetails):
         return self.releases.get(version, Release()).findings
 
     def facts_file(self, version: str) -> str:
-        """The facts file name under reports/engines/."""
+        """The facts file name under reports/engines/ (a target measuring no facts: the
+        statuses file beside its JUnit report)."""
+        if not self.measures_facts:
+            return f"{self.name}.statuses.json"
         return f"{self.name}-{version}.facts.json"
 
 
@@ -169,6 +187,28 @@ VLLM_DETAILS = EngineDetails(
         # 0.34.0 pins flashinfer-python==0.7.3, which the package index does not hold
         "0.34.0": Release(("flashinfer-python==0.7.4",)),
     },
+)
+
+
+VLLM_GPU_DETAILS = EngineDetails(
+    distribution="vllm",
+    runtime=(),
+    suite=("pytest", "safetensors"),
+    tests="tests/engines/vllm_gpu",
+    probe_modules=(
+        "vllm.v1.attention.backend",
+        "vllm.v1.attention.backends.mla.triton_mla",
+        "vllm.v1.attention.backends.mla.flashmla",
+    ),
+    must_build=("TRITON_MLA", "FLASHMLA"),
+    quiet_warnings=VLLM_DETAILS.quiet_warnings,
+    option_name="vllm",
+    whole_install=True,
+    probe_setup=(
+        "from conformance.engines.vllm.extensions import stand_in_missing",
+        "stand_in_missing()",
+    ),
+    measures_facts=False,
 )
 
 
