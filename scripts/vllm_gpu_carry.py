@@ -43,6 +43,7 @@ IMPORTED = (
     "pydantic", "pyzmq", "msgspec", "cbor2", "pybase64", "cachetools", "openai",
     "openai-harmony", "partial-json-parser", "fastapi", "starlette", "blake3", "nvidia-ml-py",
     "py-cpuinfo", "prometheus_client", "gguf", "diskcache", "lark", "python-json-logger",
+    "xgrammar",
 )  # fmt: skip
 """What vLLM's config, platform and attention modules import at load time."""
 ON_THE_MACHINE = (

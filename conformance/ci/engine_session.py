@@ -55,6 +55,21 @@ REPORTS = Path("reports")
 JUNIT_DIR = REPORTS / "junit"
 FACTS_DIR = REPORTS / "engines"
 FACTS_ENV = "MLA_ENGINE_FACTS"
+SUITE_PACKAGES = ("backends", "kernels", "conformance", "benchmarks")
+"""The suite's top-level packages: run from its checkout, they shadow any installed
+distribution of the same import name (Hugging Face's ``kernels``, which transformers then
+imports from the suite's folder)."""
+SHADOW_CHECK = (
+    "import importlib.metadata, sys\n"
+    f"for name in {SUITE_PACKAGES!r}:\n"
+    "    try:\n"
+    "        found = importlib.metadata.distribution(name)\n"
+    "    except importlib.metadata.PackageNotFoundError:\n"
+    "        continue\n"
+    "    print(f'the environment has the distribution {name} {found.version}, which the "
+    "suite\\'s own {name}/ package shadows (a library importing it gets the suite\\'s); "
+    "uninstall it there (docs/engines.md)'); sys.exit(1)\n"
+)
 
 
 def _stream(command: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str]:
@@ -224,7 +239,7 @@ def _installed_version(python: str, target: EngineTarget, options: EngineOptions
     if reason:
         raise EngineSessionError(reason)
     log(f"{target.name} {version}: probing {', '.join(target.probe_modules)}")
-    probe = "".join(f"{line}\n" for line in target.probe_setup) + (
+    probe = SHADOW_CHECK + "".join(f"{line}\n" for line in target.probe_setup) + (
         "import importlib, sys\n"
         f"for name in {list(target.probe_modules)!r}:\n"
         "    try:\n"

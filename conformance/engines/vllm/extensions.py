@@ -3,7 +3,7 @@
 A GPU machine that gets vLLM's Python files without its wheel (the bundle of
 ``scripts/vllm_gpu_carry.py``) lacks ``vllm._C_stable_libtorch``, a 93 MB extension that
 ``vllm/platforms/cuda.py`` imports unconditionally, and may lack a few libraries vLLM's
-config modules import at load time (grammar back-ends). `stand_in_missing` puts an empty
+config modules import at load time (llguidance, a grammar back-end). `stand_in_missing` puts an empty
 module in `sys.modules` for each one that cannot be found, and only then; any attribute read
 from a stand-in is a placeholder that raises, naming the module, when it is called. The run's
 sidecar lists what was stood in (`stood_in`), so a result never hides it. On a machine with
@@ -12,6 +12,7 @@ vLLM installed from its wheel nothing is stood in.
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.util
 import sys
 import types
@@ -20,7 +21,6 @@ from typing import Any, NoReturn
 STANDINS: dict[str, str] = {
     "vllm._C_stable_libtorch": "vLLM's CUDA kernels (cache writes, quantisation, activations)",
     "vllm._moe_C_stable_libtorch": "vLLM's MoE kernels",
-    "xgrammar": "a grammar back-end vLLM's config imports",
     "llguidance": "a grammar back-end vLLM's config imports",
 }
 """Module → what it is; each stood in only where it cannot be found."""
@@ -45,8 +45,11 @@ def _placeholder(module: str, attribute: str) -> Any:
 
 
 def _standin_module(name: str) -> types.ModuleType:
-    module = types.ModuleType(name, f"conformance stand-in: {STANDINS[name]}")
+    """An empty package: its attributes are placeholders, its submodules stand-ins too."""
+    root = next(r for r in STANDINS if name == r or name.startswith(r + "."))
+    module = types.ModuleType(name, f"conformance stand-in: {STANDINS[root]}")
     module.__conformance_standin__ = True  # type: ignore[attr-defined]
+    module.__path__ = []  # type: ignore[attr-defined]
 
     def placeholder(attribute: str) -> Any:
         if attribute.startswith("__"):
@@ -55,6 +58,21 @@ def _standin_module(name: str) -> types.ModuleType:
 
     module.__getattr__ = placeholder  # type: ignore[method-assign]
     return module
+
+
+class _SubmoduleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Stands in ``a.b`` for every stood-in ``a`` (``from xgrammar.structural_tag import``)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if any(fullname.startswith(f"{name}.") for name in _STOOD_IN):
+            return importlib.util.spec_from_loader(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        return _standin_module(spec.name)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """Nothing to run: the module is empty."""
 
 
 def _findable(name: str) -> bool:
@@ -71,6 +89,8 @@ def stand_in_missing() -> list[str]:
             continue
         sys.modules[name] = _standin_module(name)
         _STOOD_IN.append(name)
+    if _STOOD_IN and not any(isinstance(f, _SubmoduleFinder) for f in sys.meta_path):
+        sys.meta_path.append(_SubmoduleFinder())
     return stood_in()
 
 
