@@ -11,8 +11,8 @@ This writes into OUTDIR:
   extensions (``_flashmla_C``, ``_flashmla_extension_C``), about 11 MB; no other extension
   (``_C_stable_libtorch`` is stood in on the GPU machine: `conformance.engines.vllm.extensions`);
 - ``wheels/``: the small pure or cp312 wheels vLLM's attention modules import
-  (`IMPORTED`) and their own requirements, at the versions vLLM's pins resolve to, less the
-  distributions the GPU machine already has (`ON_THE_MACHINE`, and each ``--have NAME``);
+  (`IMPORTED`) and those of their requirements a GPU machine lacks (`DEPENDENCIES`), at the
+  versions vLLM's pins resolve to, less each ``--have NAME`` the machine already has;
 - ``provenance.json``: the wheel, its sha256, and each file's sha256.
 
 ``scripts/gpu_vllm.sh`` unpacks it there (``MLA_VLLM_BUNDLE``, default .vllm-gpu/). Exit 1 with
@@ -46,16 +46,14 @@ IMPORTED = (
     "xgrammar",
 )  # fmt: skip
 """What vLLM's config, platform and attention modules import at load time."""
-ON_THE_MACHINE = (
-    "torch", "triton", "numpy", "transformers", "tokenizers", "huggingface-hub", "safetensors",
-    "einops", "psutil", "regex", "requests", "urllib3", "idna", "certifi", "charset-normalizer",
-    "aiohttp", "cloudpickle", "uvloop", "pillow", "pyyaml", "typing-extensions", "filelock",
-    "fsspec", "packaging", "tqdm", "jinja2", "markupsafe", "sympy", "mpmath", "networkx",
-    "setuptools", "nvidia-*", "hf-xet", "protobuf", "sentencepiece", "attrs", "multidict",
-    "yarl", "frozenlist", "aiosignal", "aiohappyeyeballs", "propcache",
+DEPENDENCIES = (
+    "pydantic-core", "annotated-types", "typing-inspection", "annotated-doc", "anyio", "sniffio",
+    "h11", "httpx", "httpcore", "httpx2", "httpcore2", "jiter", "distro", "apache-tvm-ffi",
+    "truststore",
 )  # fmt: skip
-"""Distributions the GPU machine has (torch's stack and the model libraries); never carried
-(a carried copy would shadow the machine's)."""
+"""Their own requirements that a GPU machine with torch and transformers lacks. Nothing else
+of the resolution is carried: a carried copy of torch's stack, or of transformers' own
+requirements (Hugging Face's ``kernels``), would shadow the machine's."""
 
 
 def download(requirements: list[str], into: Path, *, deps: bool) -> list[Path]:
@@ -88,10 +86,10 @@ def vllm_pins(archive: zipfile.ZipFile) -> dict[str, str]:
 
 
 def carried(wheel: Path, have: set[str]) -> bool:
+    """Whether `wheel` is one of `IMPORTED` or `DEPENDENCIES`, and not in `have`."""
     name = normal(wheel.name.split("-")[0])
-    return not any(
-        name == normal(h) or (h.endswith("*") and name.startswith(normal(h[:-1]))) for h in have
-    )
+    wanted = {normal(n) for n in (*IMPORTED, *DEPENDENCIES)} - {normal(h) for h in have}
+    return name in wanted
 
 
 def python_tree(archive: zipfile.ZipFile, out: Path) -> dict[str, str]:
@@ -127,7 +125,7 @@ def main(argv: list[str]) -> int:
     source.add_argument("--wheel", type=Path, help="a vLLM CUDA wheel already downloaded")
     source.add_argument("--vllm-version", default=BUILTIN_TARGETS["vllm_gpu"].version)
     parser.add_argument("--have", action="append", default=[], help="a distribution the GPU "
-                        "machine has (not carried); NAME* matches a prefix")  # fmt: skip
+                        "machine has (not carried)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.wheel is not None and not args.wheel.is_file():
         print(f"--wheel {args.wheel}: no such file", file=sys.stderr)
@@ -152,8 +150,7 @@ def main(argv: list[str]) -> int:
         except subprocess.CalledProcessError:
             print(f"cannot download {requirements}", file=sys.stderr)
             return 1
-        have = {*ON_THE_MACHINE, *args.have}
-        kept = [w for w in fetched if carried(w, have)]
+        kept = [w for w in fetched if carried(w, set(args.have))]
         for w in kept:
             (wheels_dir / w.name).write_bytes(w.read_bytes())
         provenance = {

@@ -239,13 +239,17 @@ def _installed_version(python: str, target: EngineTarget, options: EngineOptions
     if reason:
         raise EngineSessionError(reason)
     log(f"{target.name} {version}: probing {', '.join(target.probe_modules)}")
-    probe = SHADOW_CHECK + "".join(f"{line}\n" for line in target.probe_setup) + (
-        "import importlib, sys\n"
-        f"for name in {list(target.probe_modules)!r}:\n"
-        "    try:\n"
-        "        importlib.import_module(name)\n"
-        "    except Exception as error:\n"
-        "        print(f'{name} does not import: {type(error).__name__}: {error}'); sys.exit(1)\n"
+    probe = (
+        SHADOW_CHECK
+        + "".join(f"{line}\n" for line in target.probe_setup)
+        + (
+            "import importlib, sys\n"
+            f"for name in {list(target.probe_modules)!r}:\n"
+            "    try:\n"
+            "        importlib.import_module(name)\n"
+            "    except Exception as error:\n"
+            "        print(f'{name} does not import: {type(error).__name__}: {error}'); sys.exit(1)\n"
+        )
     )
     code, error = _query(python, probe, target.environment)
     if code:

@@ -2,8 +2,8 @@
 
 A GPU machine that gets vLLM's Python files without its wheel (the bundle of
 ``scripts/vllm_gpu_carry.py``) lacks ``vllm._C_stable_libtorch``, a 93 MB extension that
-``vllm/platforms/cuda.py`` imports unconditionally, and may lack a few libraries vLLM's
-config modules import at load time (llguidance, a grammar back-end). `stand_in_missing` puts an empty
+``vllm/platforms/cuda.py`` imports unconditionally, and may lack llguidance, a grammar
+back-end vLLM's config modules import at load time. `stand_in_missing` puts an empty
 module in `sys.modules` for each one that cannot be found, and only then; any attribute read
 from a stand-in is a placeholder that raises, naming the module, when it is called. The run's
 sidecar lists what was stood in (`stood_in`), so a result never hides it. On a machine with
