@@ -59,6 +59,16 @@ SUITE_PACKAGES = ("backends", "kernels", "conformance", "benchmarks")
 """The suite's top-level packages: run from its checkout, they shadow any installed
 distribution of the same import name (Hugging Face's ``kernels``, which transformers then
 imports from the suite's folder)."""
+PROBE = (
+    "import importlib, sys\n"
+    "for name in {modules!r}:\n"
+    "    try:\n"
+    "        importlib.import_module(name)\n"
+    "    except Exception as error:\n"
+    "        print(f'{{name}} does not import: {{type(error).__name__}}: {{error}}')\n"
+    "        sys.exit(1)\n"
+)
+"""The probe: the first module of ``modules`` that does not import is the reason."""
 SHADOW_CHECK = (
     "import importlib.metadata, sys\n"
     f"for name in {SUITE_PACKAGES!r}:\n"
@@ -239,18 +249,8 @@ def _installed_version(python: str, target: EngineTarget, options: EngineOptions
     if reason:
         raise EngineSessionError(reason)
     log(f"{target.name} {version}: probing {', '.join(target.probe_modules)}")
-    probe = (
-        SHADOW_CHECK
-        + "".join(f"{line}\n" for line in target.probe_setup)
-        + (
-            "import importlib, sys\n"
-            f"for name in {list(target.probe_modules)!r}:\n"
-            "    try:\n"
-            "        importlib.import_module(name)\n"
-            "    except Exception as error:\n"
-            "        print(f'{name} does not import: {type(error).__name__}: {error}'); sys.exit(1)\n"
-        )
-    )
+    setup = "".join(f"{line}\n" for line in target.probe_setup)
+    probe = SHADOW_CHECK + setup + PROBE.format(modules=list(target.probe_modules))
     code, error = _query(python, probe, target.environment)
     if code:
         raise EngineSessionError(f"{target.name} {version}: {error}")

@@ -15,6 +15,7 @@ from backends.base import Backend, BuilderConfig, KVCacheSpec, dtype_label
 from conformance.metadata.dims import DEEPSEEK_R1
 from conformance.numerics.masking import (
     HEADS,
+    JUDGED,
     QUERY_LEN,
     MaskingBatch,
     make_masking_batch,
@@ -67,9 +68,12 @@ def masking_failures(
     kv_dtype: torch.dtype,
     layer_name: str,
     record: Callable[[str, float], None],
+    *,
+    parts: tuple[str, ...] = JUDGED,
 ) -> list[str]:
     """One line (and its problems) per softmax scale at which a token outside a row's window
-    reached the output, or one inside it was hidden; errors and bounds go to `record`."""
+    reached the output, or one inside it was hidden; errors and bounds go to `record`;
+    `parts` judges the output or the LSE alone (`masking_problems`)."""
     failures = []
     page_size = page_size_for(getattr(backend, "page_sizes", None))
     for scale_name, sm_scale in SOFTMAX_SCALES.items():
@@ -82,7 +86,7 @@ def masking_failures(
             record(f"{prefix}_{name}", value)
         record(f"{prefix}_lse_bound", batch.lse_bound)
         record(f"{prefix}_out_bound", batch.out_bound)
-        problems = masking_problems(batch, out, lse)
+        problems = masking_problems(batch, out, lse, parts=parts)
         if problems:
             lines = "\n".join(f"  {p.text}" for p in problems[:SHOWN])
             more = f"\n  ... and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""

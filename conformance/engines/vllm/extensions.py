@@ -2,12 +2,13 @@
 
 A GPU machine that gets vLLM's Python files without its wheel (the bundle of
 ``scripts/vllm_gpu_carry.py``) lacks ``vllm._C_stable_libtorch``, a 93 MB extension that
-``vllm/platforms/cuda.py`` imports unconditionally, and may lack llguidance, a grammar
-back-end vLLM's config modules import at load time. `stand_in_missing` puts an empty
-module in `sys.modules` for each one that cannot be found, and only then; any attribute read
-from a stand-in is a placeholder that raises, naming the module, when it is called. The run's
-sidecar lists what was stood in (`stood_in`), so a result never hides it. On a machine with
-vLLM installed from its wheel nothing is stood in.
+``vllm/platforms/cuda.py`` imports unconditionally, FlashAttention-2's extension (308 MB),
+without which ``vllm.vllm_flash_attn`` refuses to import on CUDA (the MLA decode never calls
+it: prefill does), and may lack llguidance, a grammar back-end vLLM's config imports.
+`stand_in_missing` puts an empty module in `sys.modules` for each one that cannot be found,
+and only then; any attribute read from a stand-in is a placeholder that raises, naming the
+module, when it is called. The run's sidecar lists what was stood in (`stood_in`), so a
+result never hides it. On a machine with vLLM installed from its wheel nothing is stood in.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import importlib.abc
 import importlib.util
 import sys
 import types
+from pathlib import Path
 from typing import Any, NoReturn
 
 STANDINS: dict[str, str] = {
     "vllm._C_stable_libtorch": "vLLM's CUDA kernels (cache writes, quantisation, activations)",
     "vllm._moe_C_stable_libtorch": "vLLM's MoE kernels",
+    "vllm.vllm_flash_attn._vllm_fa2_C": "FlashAttention-2, vLLM's prefill kernel (308 MB)",
     "llguidance": "a grammar back-end vLLM's config imports",
 }
 """Module → what it is; each stood in only where it cannot be found."""
@@ -76,10 +79,25 @@ class _SubmoduleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def _findable(name: str) -> bool:
+    """Whether `name` has a module file, found without importing any package it is in (a
+    package whose ``__init__`` needs the missing extension would fail half-imported)."""
+    top, _, rest = name.partition(".")
     try:
-        return importlib.util.find_spec(name) is not None
+        spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
         return False
+    if spec is None or not rest:
+        return spec is not None
+    *folders, leaf = rest.split(".")
+    for location in spec.submodule_search_locations or ():
+        folder = Path(location, *folders)
+        if (
+            (folder / leaf).is_dir()
+            or any(folder.glob(f"{leaf}.*py"))
+            or any(folder.glob(f"{leaf}.*so"))
+        ):
+            return True
+    return False
 
 
 def stand_in_missing() -> list[str]:

@@ -4,7 +4,9 @@ For every implementation of `conformance.engines.vllm.decode.IMPLEMENTATIONS` th
 (TRITON_MLA; FLASHMLA on Hopper): each golden batch whose dtypes vLLM feeds that
 implementation, built by vLLM's own builder from vLLM's own record, decoded by its
 ``forward_mqa`` over the NaN-poisoned cache in vLLM's layout, judged by the suite's derived
-tolerances; the masking family's exact bounds at both softmax scales. An implementation that
+tolerances; the masking family's exact bounds at both softmax scales. The output and the LSE
+are judged in tests of their own (an LSE vLLM consumes only where decode context parallelism
+merges ranks), so a known finding of one never hides the other. An implementation that
 cannot run here is skipped with its reason. The negative controls break vLLM's path in three
 ways (the layer's k-scale not applied, one decode ``seq_lens`` entry off by one, an fp8 cache
 handed over as its uint8 storage) and must fail, in the same run.
@@ -72,7 +74,7 @@ def decode_golden(backend: VllmDecodeBackend, case_id: str) -> tuple[Golden, tor
 
 @pytest.mark.parametrize("case_id", [c.id for c in CASES])
 @pytest.mark.parametrize("impl", IMPLS)
-def test_decode_matches_golden(implementations, impl, case_id, record_errors) -> None:
+def test_output_matches_golden(implementations, impl, case_id, record_errors) -> None:
     backend = running(implementations, impl)
     golden, out, lse = decode_golden(backend, case_id)
     assert_result_matches(
@@ -82,19 +84,47 @@ def test_decode_matches_golden(implementations, impl, case_id, record_errors) ->
         backend=backend,
         record=record_errors,
         what=f"vLLM {impl} (vLLM's own metadata){relaid_note(golden)}",
+        parts=("out",),
     )
+
+
+@pytest.mark.parametrize("case_id", [c.id for c in CASES])
+@pytest.mark.parametrize("impl", IMPLS)
+def test_lse_matches_golden(implementations, impl, case_id, record_errors) -> None:
+    backend = running(implementations, impl)
+    golden, out, lse = decode_golden(backend, case_id)
+    assert_result_matches(
+        out=out,
+        lse=lse,
+        golden=golden,
+        backend=backend,
+        record=record_errors,
+        what=f"vLLM {impl} (vLLM's own metadata){relaid_note(golden)}",
+        parts=("lse",),
+    )
+
+
+def judge_masking(backend, impl, q_dtype, kv_dtype, part: str, record) -> None:
+    reason = backend.dtype_skip(q_dtype, kv_dtype)
+    if reason:
+        pytest.skip(f"not applicable: {reason}")
+    failures = masking_failures(backend, q_dtype, kv_dtype, LAYER, record, parts=(part,))
+    if failures:
+        pytest.fail(f"vLLM {impl}, the {part} judged:\n" + "\n".join(failures))
 
 
 @pytest.mark.parametrize(("q_dtype", "kv_dtype"), PAIRS, ids=[dtype_pair_id(*p) for p in PAIRS])
 @pytest.mark.parametrize("impl", IMPLS)
-def test_masking(implementations, impl, q_dtype, kv_dtype, record_errors) -> None:
+def test_masking_output(implementations, impl, q_dtype, kv_dtype, record_errors) -> None:
     backend = running(implementations, impl)
-    reason = backend.dtype_skip(q_dtype, kv_dtype)
-    if reason:
-        pytest.skip(f"not applicable: {reason}")
-    failures = masking_failures(backend, q_dtype, kv_dtype, LAYER, record_errors)
-    if failures:
-        pytest.fail("\n".join(failures))
+    judge_masking(backend, impl, q_dtype, kv_dtype, "out", record_errors)
+
+
+@pytest.mark.parametrize(("q_dtype", "kv_dtype"), PAIRS, ids=[dtype_pair_id(*p) for p in PAIRS])
+@pytest.mark.parametrize("impl", IMPLS)
+def test_masking_lse(implementations, impl, q_dtype, kv_dtype, record_errors) -> None:
+    backend = running(implementations, impl)
+    judge_masking(backend, impl, q_dtype, kv_dtype, "lse", record_errors)
 
 
 def faulty(implementations, impl: str, fault: Fault, workdir: Path) -> VllmDecodeBackend:
@@ -112,7 +142,8 @@ def test_k_scale_not_applied_fails_naming_the_kv_scale(implementations, impl, wo
     """A layer whose k-scale is left at 1.0 over an fp8 cache of scale != 1 is caught: the
     masking judge reports the output off by the kv scale."""
     backend = faulty(implementations, impl, Fault.K_SCALE_NOT_APPLIED, workdir)
-    failures = masking_failures(backend, *fp8_pair(backend), LAYER, lambda *_: None)
+    pair = fp8_pair(backend)
+    failures = masking_failures(backend, *pair, LAYER, lambda *_: None, parts=("out",))
     assert failures, f"vLLM {impl}: a k-scale left at 1.0 passed the masking family"
     assert all("kv scale" in failure for failure in failures), failures
 
@@ -124,7 +155,7 @@ def test_seq_len_off_by_one_fails_naming_the_row(implementations, impl, workdir)
     request's end: the masking judge names request 0's rows."""
     backend = faulty(implementations, impl, Fault.SEQ_LEN_OFF_BY_ONE, workdir)
     pair = backend.dtype_pairs[0]
-    failures = masking_failures(backend, *pair, LAYER, lambda *_: None)
+    failures = masking_failures(backend, *pair, LAYER, lambda *_: None, parts=("out",))
     assert failures, f"vLLM {impl}: seq_lens[0] off by one passed the masking family"
     assert all("request 0" in failure for failure in failures), failures
 
