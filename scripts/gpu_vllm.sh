@@ -3,7 +3,8 @@
 #
 # Where the machine has no vLLM, the bundle made by scripts/vllm_gpu_carry.py (MLA_VLLM_BUNDLE,
 # default .vllm-gpu/: vLLM's Python files with FlashMLA's extensions, and the small wheels its
-# attention modules import) is unpacked into a temporary site directory on PYTHONPATH;
+# attention modules import) is unpacked into a temporary site directory on PYTHONPATH, with
+# stand-ins for the extensions it leaves out (conformance.engines.vllm.extensions);
 # pure-Python wheels the machine lacks may be carried in .whl/. Runs the target's tests with
 # the machine's python3 (`python -m conformance.ci.engine_session vllm_gpu`: JUnit and
 # sidecar under reports/junit/), then saves the evidence folder (checked by --save-evidence).
@@ -25,6 +26,7 @@ if ! python3 -c 'import importlib.util as u, sys; sys.exit(u.find_spec("vllm") i
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" \
     "$bundle"/wheels/*.whl || exit 1
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+  python3 -m conformance.engines.vllm.extensions "$site" || exit 1
   echo "gpu_vllm: vLLM from $bundle ($(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["wheel"])' "$bundle/provenance.json"))"
 fi
 . scripts/carried_wheels.sh

@@ -249,8 +249,7 @@ def _installed_version(python: str, target: EngineTarget, options: EngineOptions
     if reason:
         raise EngineSessionError(reason)
     log(f"{target.name} {version}: probing {', '.join(target.probe_modules)}")
-    setup = "".join(f"{line}\n" for line in target.probe_setup)
-    probe = SHADOW_CHECK + setup + PROBE.format(modules=list(target.probe_modules))
+    probe = SHADOW_CHECK + PROBE.format(modules=list(target.probe_modules))
     code, error = _query(python, probe, target.environment)
     if code:
         raise EngineSessionError(f"{target.name} {version}: {error}")

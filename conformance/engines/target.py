@@ -60,8 +60,6 @@ class EngineDetails:
     whole_install: bool = False
     """Install the engine with every dependency it declares (its GPU stack: a GPU target),
     instead of `runtime` alone at its pins beside a CPU torch."""
-    probe_setup: tuple[str, ...] = ()
-    """Python statements its probe runs before importing `probe_modules` (stand-ins)."""
     measures_facts: bool = True
     """Whether its tests measure an engine facts file (``reports/engines/``, SHA256SUMS);
     else they write only the run's statuses, beside its JUnit report."""
@@ -219,10 +217,6 @@ VLLM_GPU_DETAILS = EngineDetails(
     },
     option_name="vllm",
     whole_install=True,
-    probe_setup=(
-        "from conformance.engines.vllm.extensions import stand_in_missing",
-        "stand_in_missing()",
-    ),
     measures_facts=False,
 )
 

@@ -71,7 +71,7 @@ def write_model_config(directory: Path, *, heads: int = 16) -> Path:
     config = {
         "architectures": ["DeepseekV2ForCausalLM"],
         "model_type": "deepseek_v2",
-        "hidden_size": 1024,
+        "hidden_size": 1024 if 1024 % heads == 0 else 64 * heads,  # transformers: a multiple
         "num_attention_heads": heads,
         "num_key_value_heads": heads,
         "num_hidden_layers": len(LAYER_NAMES),

@@ -1,8 +1,8 @@
 """Fixtures of vLLM's GPU decode tests: one `VllmDecodeBackend` per implementation and run.
 
-Modules vLLM imports but its MLA decode never calls are stood in first where they are missing
-(`conformance.engines.vllm.extensions`). Each implementation's status (ran, or why not) and
-what was stood in are written to ``$MLA_ENGINE_FACTS`` when set: the run's sidecar names them.
+Each implementation's status (ran, or why not) and what vLLM imported as a stand-in
+(`conformance.engines.vllm.extensions`: a bundle without vLLM's wheel) are written to
+``$MLA_ENGINE_FACTS`` when set: the run's sidecar names them.
 """
 
 from __future__ import annotations
@@ -14,11 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.engines.vllm.extensions import stand_in_missing, stood_in
-
-stand_in_missing()
-
-from conformance.engines.vllm.decode import IMPLEMENTATIONS, VllmDecodeBackend  # noqa: E402
+from conformance.engines.vllm.decode import IMPLEMENTATIONS, VllmDecodeBackend
+from conformance.engines.vllm.extensions import stood_in
 
 FACTS_ENV = "MLA_ENGINE_FACTS"
 
