@@ -4,9 +4,10 @@ For every implementation of `conformance.engines.vllm.decode.IMPLEMENTATIONS` th
 (TRITON_MLA; FLASHMLA on Hopper): each golden batch whose dtypes vLLM feeds that
 implementation, built by vLLM's own builder from vLLM's own record, decoded by its
 ``forward_mqa`` over the NaN-poisoned cache in vLLM's layout, judged by the suite's derived
-tolerances; the masking family's exact bounds at both softmax scales. The output and the LSE
-are judged in tests of their own (an LSE vLLM consumes only where decode context parallelism
-merges ranks), so a known finding of one never hides the other. An implementation that
+tolerances; the masking family's exact bounds at both softmax scales (a batch vLLM never
+feeds an implementation, by its declared dtype pairs, is not collected for it). The output
+and the LSE are judged in tests of their own (an LSE vLLM consumes only where decode context
+parallelism merges ranks), so a known finding of one never hides the other. An implementation that
 cannot run here is skipped with its reason. The negative controls break vLLM's path in three
 ways (the layer's k-scale not applied, one decode ``seq_lens`` entry off by one, an fp8 cache
 handed over as its uint8 storage) and must fail, in the same run.
@@ -33,10 +34,20 @@ from conformance.stubs.protocol import MLAAttentionLayer
 LAYER = "model.layers.0.self_attn.attn"
 STORE = GoldenStore(default_root())
 CASES = [GoldenCase.from_json(e.case) for e in STORE.read_manifest().entries.values()]
-IMPLS = list(IMPLEMENTATIONS)
-PAIRS = sorted({pair for impl in IMPLEMENTATIONS.values() for pair in impl.dtype_pairs}, key=str)
 FP8_GOLDEN = "triton-h128-fp8-q1-p1-cu132"  # e4m3 q and cache, scales != 1, one q token
 BF16Q_FP8KV_GOLDEN = "triton-h32-bf16q-fp8kv-q4-p1-cu132-tail"
+
+
+def fed(impl: str, case: GoldenCase) -> bool:
+    """Whether vLLM feeds `impl` this batch: its dtypes are a pair the implementation
+    declares, and a vLLM record expresses it (kv never shorter than q)."""
+    pair = (case.q_torch_dtype, case.kv_torch_dtype)
+    return case.via_builder and pair in IMPLEMENTATIONS[impl].dtype_pairs
+
+
+GOLDENS = [(impl, case.id) for impl in IMPLEMENTATIONS for case in CASES if fed(impl, case)]
+MASKING = [(impl, *pair) for impl, spec in IMPLEMENTATIONS.items() for pair in spec.dtype_pairs]
+MASKING_IDS = [f"{impl}-{dtype_pair_id(q, kv)}" for impl, q, kv in MASKING]
 
 
 def running(backends: dict[str, VllmDecodeBackend], name: str) -> VllmDecodeBackend:
@@ -49,20 +60,9 @@ def running(backends: dict[str, VllmDecodeBackend], name: str) -> VllmDecodeBack
     return backend
 
 
-def not_applicable(backend: VllmDecodeBackend, golden: Golden) -> str | None:
-    """Why vLLM never feeds `backend` this batch (None: it does)."""
-    case = golden.case
-    if not case.via_builder:
-        return f"case {case.id}: kv shorter than q, which no vLLM record expresses"
-    return backend.dtype_skip(case.q_torch_dtype, case.kv_torch_dtype)
-
-
 def decode_golden(backend: VllmDecodeBackend, case_id: str) -> tuple[Golden, torch.Tensor, ...]:
     """vLLM's builder and decode on a golden batch (re-laid into a page size it reads)."""
     golden = for_backend(load_golden(STORE, case_id), backend)
-    reason = not_applicable(backend, golden)
-    if reason:
-        pytest.skip(f"not applicable: {reason}")
     layer = MLAAttentionLayer(dims=DEEPSEEK_R1.dims, num_heads=golden.case.heads)
     config = golden.builder_config(backend.device)
     builder = backend.make_builder(config, [LAYER], {LAYER: layer})
@@ -72,8 +72,7 @@ def decode_golden(backend: VllmDecodeBackend, case_id: str) -> tuple[Golden, tor
     return golden, out, lse
 
 
-@pytest.mark.parametrize("case_id", [c.id for c in CASES])
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize(("impl", "case_id"), GOLDENS, ids=[f"{i}-{c}" for i, c in GOLDENS])
 def test_output_matches_golden(implementations, impl, case_id, record_errors) -> None:
     backend = running(implementations, impl)
     golden, out, lse = decode_golden(backend, case_id)
@@ -88,8 +87,7 @@ def test_output_matches_golden(implementations, impl, case_id, record_errors) ->
     )
 
 
-@pytest.mark.parametrize("case_id", [c.id for c in CASES])
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize(("impl", "case_id"), GOLDENS, ids=[f"{i}-{c}" for i, c in GOLDENS])
 def test_lse_matches_golden(implementations, impl, case_id, record_errors) -> None:
     backend = running(implementations, impl)
     golden, out, lse = decode_golden(backend, case_id)
@@ -105,23 +103,18 @@ def test_lse_matches_golden(implementations, impl, case_id, record_errors) -> No
 
 
 def judge_masking(backend, impl, q_dtype, kv_dtype, part: str, record) -> None:
-    reason = backend.dtype_skip(q_dtype, kv_dtype)
-    if reason:
-        pytest.skip(f"not applicable: {reason}")
     failures = masking_failures(backend, q_dtype, kv_dtype, LAYER, record, parts=(part,))
     if failures:
         pytest.fail(f"vLLM {impl}, the {part} judged:\n" + "\n".join(failures))
 
 
-@pytest.mark.parametrize(("q_dtype", "kv_dtype"), PAIRS, ids=[dtype_pair_id(*p) for p in PAIRS])
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize(("impl", "q_dtype", "kv_dtype"), MASKING, ids=MASKING_IDS)
 def test_masking_output(implementations, impl, q_dtype, kv_dtype, record_errors) -> None:
     backend = running(implementations, impl)
     judge_masking(backend, impl, q_dtype, kv_dtype, "out", record_errors)
 
 
-@pytest.mark.parametrize(("q_dtype", "kv_dtype"), PAIRS, ids=[dtype_pair_id(*p) for p in PAIRS])
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize(("impl", "q_dtype", "kv_dtype"), MASKING, ids=MASKING_IDS)
 def test_masking_lse(implementations, impl, q_dtype, kv_dtype, record_errors) -> None:
     backend = running(implementations, impl)
     judge_masking(backend, impl, q_dtype, kv_dtype, "lse", record_errors)
@@ -137,7 +130,7 @@ def fp8_pair(backend: VllmDecodeBackend) -> tuple[torch.dtype, torch.dtype]:
 
 
 @pytest.mark.negative_control
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
 def test_k_scale_not_applied_fails_naming_the_kv_scale(implementations, impl, workdir) -> None:
     """A layer whose k-scale is left at 1.0 over an fp8 cache of scale != 1 is caught: the
     masking judge reports the output off by the kv scale."""
@@ -149,7 +142,7 @@ def test_k_scale_not_applied_fails_naming_the_kv_scale(implementations, impl, wo
 
 
 @pytest.mark.negative_control
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
 def test_seq_len_off_by_one_fails_naming_the_row(implementations, impl, workdir) -> None:
     """Decode metadata whose first ``seq_lens`` entry is one too long reads a token past the
     request's end: the masking judge names request 0's rows."""
@@ -161,7 +154,7 @@ def test_seq_len_off_by_one_fails_naming_the_row(implementations, impl, workdir)
 
 
 @pytest.mark.negative_control
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
 def test_fp8_cache_read_as_storage_bytes_fails(implementations, impl, workdir) -> None:
     """An fp8 cache handed over as vLLM's uint8 storage (its layer's view to e4m3 left out)
     is refused by the kernel or fails the golden comparison."""
