@@ -44,17 +44,25 @@ class StoodInError(RuntimeError):
     """Something called lives in a module that was stood in."""
 
 
-def __getattr__(attribute):
-    if attribute.startswith("__"):
-        raise AttributeError(attribute)
+def _placeholders(module):
+    """The ``__getattr__`` of stand-in `module`: a placeholder that refuses to be called."""
 
-    def refuse(*args, **kwargs):
-        raise StoodInError(
-            f"{{__name__}}.{{attribute}} was called, but {{__name__}} is a stand-in here "
-            "({what}): install vLLM from its wheel to run this path"
-        )
+    def placeholder(attribute):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
 
-    return type(attribute, (), {{"__new__": refuse, "__call__": refuse, "__module__": __name__}})
+        def refuse(*args, **kwargs):
+            raise StoodInError(
+                f"{{module}}.{{attribute}} was called, but {{module}} is a stand-in here "
+                "({what}): install vLLM from its wheel to run this path"
+            )
+
+        return type(attribute, (), {{"__new__": refuse, "__call__": refuse, "__module__": module}})
+
+    return placeholder
+
+
+__getattr__ = _placeholders(__name__)
 
 
 class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -70,7 +78,7 @@ class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         module.__path__ = []
-        module.__getattr__ = __getattr__
+        module.__getattr__ = _placeholders(module.__name__)
 
 
 if __name__.count(".") == 0:
