@@ -15,6 +15,7 @@ from typing import Any
 
 from conformance.audit.handoffs import method_table
 from conformance.audit.loader import load_one
+from conformance.audit.sites import VLLM, EngineSites
 from conformance.audit.tree import FileEntry, module_names
 
 NEUTRAL_BASES = frozenset(
@@ -43,8 +44,15 @@ class Index:
     """The modules of one audit and their facts (extracted lazily when not anchored)."""
 
     def __init__(
-        self, entries: list[FileEntry], facts: list[Any], cap: int, cache_dir: str | None
+        self,
+        entries: list[FileEntry],
+        facts: list[Any],
+        cap: int,
+        cache_dir: str | None,
+        sites: EngineSites = VLLM,
     ) -> None:
+        self.sites = sites
+        """The engine whose record, builders and layers the facts describe."""
         self.entries = entries
         self._facts: list[Any] = facts
         self._cap = cap
@@ -67,7 +75,8 @@ class Index:
         value = self._facts[number]
         if value is None:
             entry = self.entries[number]
-            _, value = load_one((entry.path, entry.display, True, self._cap, self._cache))
+            job = (entry.path, entry.display, True, self._cap, self._cache, self.sites.engine)
+            _, value = load_one(job)
             if not isinstance(value, dict):
                 self.late_problems.append(value)
                 value = {"imports": {}, "stars": [], "aliases": {}, "classes": {}}

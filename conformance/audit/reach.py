@@ -22,7 +22,6 @@ from typing import Any
 
 from conformance.audit.index import Index, Target
 
-BUILDER_GETTERS = frozenset({"get_builder_cls"})
 _MAX_HOPS = 4
 
 
@@ -56,7 +55,7 @@ def _expand(
     if info is None:
         return
     for method, refs in info["returns"].items():
-        if method not in BUILDER_GETTERS:
+        if method not in index.sites.builder_getters:
             continue
         for ref in refs:
             returned = index.resolve_dotted(target.module, ref)
