@@ -130,15 +130,18 @@ def _config(args: argparse.Namespace) -> Config:
     return merge(config, table, "command line")
 
 
-def _tree_engine(args: argparse.Namespace) -> EngineSites:
-    """``--engine``, else the engine whose package the first PATH's tree holds, else vLLM."""
-    named = getattr(args, "engine", None)
-    if named:
-        return sites_of(named)
+def _detected(args: argparse.Namespace) -> EngineSites | None:
+    """The engine whose package the first PATH's tree holds (`tree.find_root`), if any."""
     for sites in ENGINE_SITES.values() if args.paths else ():
         if find_root(args.paths[0], sites.engine) is not None:
             return sites
-    return VLLM
+    return None
+
+
+def _tree_engine(args: argparse.Namespace) -> EngineSites:
+    """``--engine``, else the engine whose package the first PATH's tree holds, else vLLM."""
+    named = getattr(args, "engine", None)
+    return sites_of(named) if named else (_detected(args) or VLLM)
 
 
 def _facts(args: argparse.Namespace) -> tuple[EngineFacts | None, EngineSites]:
@@ -151,6 +154,11 @@ def _facts(args: argparse.Namespace) -> tuple[EngineFacts | None, EngineSites]:
         named = getattr(args, "engine", None)
         if named and named != sites.engine:
             raise FactsError(f"{path}: facts of engine {facts.engine!r}, --engine is {named!r}")
+        detected = None if named else _detected(args)
+        if detected is not None and detected is not sites:
+            raise FactsError(
+                f"{path}: facts of engine {facts.engine!r}, the tree is {detected.engine!r}'s"
+            )
     else:
         facts, sites = None, _tree_engine(args)
     if not path:

@@ -103,9 +103,12 @@ class Definitions:
 def consumers(index: Index) -> dict[str, list[str]]:
     """Every consumer of the tree (``Class`` or ``function``) → the fields it needs."""
     table: dict[str, list[str]] = {}
+    entry = index.sites.consumer_method
     for number, facts in index.loaded():
         for module in index.names_of[number][:1]:
             for name, info in facts["classes"].items():
+                if entry and not index.consumes(Target("class", module, name), "cam"):
+                    continue
                 if info["cam"]:  # inherited needs are their base's, listed under the base
                     table[f"{module}.{name}"] = sorted(
                         {_field(f) for v in info["cam"].values() for f in v}
@@ -147,7 +150,7 @@ def iter_sites(
 def audit_sites(index: Index, defs: Definitions, measured: Measured | None = None) -> list[Finding]:
     """The findings of every construction site (noqa is applied by the caller)."""
     findings: list[Finding] = []
-    for number, _, definition, site in iter_sites(index, defs):
+    for number, raw, definition, site in iter_sites(index, defs):
         facts = index.facts(number)
         module = (index.names_of[number] or [""])[0]
         method = transformation(site.qualname, index.sites)
@@ -163,7 +166,8 @@ def audit_sites(index: Index, defs: Definitions, measured: Measured | None = Non
             # a transformation nothing calls is checked for the required fields only
             table, reasons = transformation_receivers(index, method) or ({}, [])
         else:
-            table, reasons = site_needs(index, module, facts, site.qualname, measured)
+            mode = raw.get("mode")
+            table, reasons = site_needs(index, module, facts, site.qualname, measured, mode)
         findings += check_site(site, definition, table, index.entries[number], reasons, index.sites)
     return findings
 
@@ -190,19 +194,26 @@ def site_needs(
     facts: dict[str, Any],
     qualname: str,
     measured: Measured | None = None,
+    mode: str | None = None,
 ) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Consumer method (``Class.method``) → the fields it needs, for the consumers a site in
     `qualname` reaches, and consumer → why it is reached. Fields read on the prefill path only are
-    left out for a decode-only site (`decode_only`)."""
-    decodes = decode_only(facts, qualname)
-    table, reasons = _site_table(index, module, facts, qualname, measured, site_kinds(decodes))
+    left out for a decode-only site (`decode_only`, or one passing a decode `mode` literally);
+    measured needs count on the batch kinds the site builds (its `mode`'s, else any)."""
+    kinds = index.sites.mode_of(mode)
+    if kinds is None:
+        decodes = decode_only(facts, qualname)
+        kinds, because = site_kinds(decodes), "it sets up speculative decoding"
+    else:
+        decodes, because = kinds == ("decode",), f"it passes {index.sites.mode_field}={mode}"
+    table, reasons = _site_table(index, module, facts, qualname, measured, kinds)
     for reason in reasons.values():
         if isinstance(reason, RunTimeChoice):
             reason.decodes = decodes
     if decodes and any(PREFILL_ONLY in f for fields in table.values() for f in fields):
         reasons["*"] = (
-            "its batches are decodes (it sets up speculative decoding), so reads on the "
-            "prefill path only are not required"
+            f"its batches are decodes ({because}), so reads on the prefill path only are not "
+            "required"
         )
     return {
         consumer: [_field(f) for f in fields if not (decodes and PREFILL_ONLY in f)]

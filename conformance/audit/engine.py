@@ -16,6 +16,7 @@ from conformance.audit.loader import DEFAULT_MAX_FILE_SIZE, Options, load_many, 
 from conformance.audit.measured import Measured
 from conformance.audit.protocol import LayerProtocol, ProtocolFileError, load_protocol_file
 from conformance.audit.report import AuditReport
+from conformance.audit.runner_stubs import RunnerStubJudge
 from conformance.audit.sites import VLLM, EngineSites, sites_for
 from conformance.audit.stubs import StubJudge
 from conformance.audit.tree import walk
@@ -117,11 +118,14 @@ def run_audit(
         protocol = load_protocol_file(protocol_file)
     if sites is None:
         sites = sites_for(facts) if facts is not None else VLLM
-    elif facts is not None and sites_for(facts) is not sites:
+    elif facts is not None and sites_for(facts).engine != sites.engine:
         raise FactsError(f"facts of engine {facts.engine!r}, the tree is {sites.engine!r}")
     override = load_definition_file(definition_file, sites) if definition_file else None
     index, problems = build_index(paths, config, options, sites)
     measured = Measured(facts, index) if facts is not None else None
+    if facts is not None:
+        members = tuple(sorted({b.cls for b in facts.builders.values() if b.cls}))
+        index.registries = {registry: members for registry in sites.registries}
     raw: list[Finding] = []
     context: dict[str, Any] = {}
     if "construction" in audits:
@@ -144,6 +148,10 @@ def run_audit(
             "judged": judge.judged,
             "reaching_no_builder": judge.unreached,
         }
+        if sites.runner:
+            runners = RunnerStubJudge(index, measured)
+            raw += runners.run()
+            context["stubs"]["runner_stubs_judged"] = runners.judged
     problems += index.late_problems
     kept: list[Finding] = []
     suppressed = 0
@@ -175,4 +183,5 @@ def run_audit(
         known=len(known),
         suppressed=suppressed,
         context=context,
+        sites=sites,
     )

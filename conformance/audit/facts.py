@@ -14,12 +14,12 @@ import ast
 import re
 from typing import Any
 
-from conformance.audit import flow, handoffs, reach_facts, usage
+from conformance.audit import flow, handoffs, reach_facts, runner_shapes, usage
 from conformance.audit.astutil import constant_str, dotted, iter_scopes, terminal
 from conformance.audit.definition import definition_facts
 from conformance.audit.sites import VLLM, EngineSites
 
-FACTS_VERSION = 16
+FACTS_VERSION = 18
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
@@ -69,6 +69,7 @@ def extract(module: ast.Module, text: str, sites: EngineSites = VLLM) -> dict[st
         "cam_defs": [],
         "transforms": [],
         "passes": [],
+        "runner_stubs": [],
     }
     record = sites.record
     cam_names = {record} | {local for local, (_, _, name) in imports.items() if name == record}
@@ -77,6 +78,9 @@ def extract(module: ast.Module, text: str, sites: EngineSites = VLLM) -> dict[st
     wants_cam = any(word in text for word in sites.record_mentions)
     wants_layers = any(w and w in text for w in (sites.layer_context, sites.typed_lookup))
     wants_standins = "__new__" in text
+    runner_words = [r.rsplit(".", 1)[-1] for r in sites.registries]
+    runner_words += [f"{sites.builder_suffix}("] if sites.builder_suffix else []
+    wants_runners = bool(sites.runner) and any(word in text for word in runner_words)
     by_name = {scope.qualname: scope for scope in scopes}
     for scope in scopes:
         if scope.kind == "class":
@@ -115,6 +119,8 @@ def extract(module: ast.Module, text: str, sites: EngineSites = VLLM) -> dict[st
             facts["stores"] += stores
             facts["standins"] += standins
             found = found or bool(stores)
+        if wants_runners:
+            facts["runner_stubs"] += runner_shapes.runner_stubs_in_scope(scope, ns_names, sites)
         if found:
             facts["refs"][scope.qualname] = usage.scope_refs(scope)
     if facts["sites"] or facts["stores"]:
@@ -236,6 +242,7 @@ def _class_facts(
         "cam_calls": cam_calls,
         "attr_types": flow.attribute_types(node) if wants_cam else {},
         "layer_named": any(terminal(b) == sites.layer for b in node.bases),
+        "init_params": runner_shapes.init_params(node) if sites.runner else {},
     }
 
 

@@ -23,6 +23,11 @@ class AuditRule:
     code: str
     severity: str
     summary: str
+    """``{record}`` and ``{layer}`` stand for the engine's record and layer classes."""
+
+    def summary_for(self, record: str, layer: str) -> str:
+        """The summary for an engine whose record and layer classes are these."""
+        return self.summary.format(record=record, layer=layer)
 
 
 _RULE_ROWS: tuple[tuple[str, str, str], ...] = (
@@ -30,13 +35,14 @@ _RULE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("CAM002", WARNING, "construction passes a deprecated field"),
     ("CAM003", WARNING, "construction unpacks *args/**kwargs that may hide a needed field"),
     ("CAM004", ERROR, "construction passes an unknown field or too many positionals"),
-    ("CAM005", WARNING, "several CommonAttentionMetadata dataclasses in the tree"),
+    ("CAM005", WARNING, "several {record} dataclasses in the tree"),
     ("CAM006", WARNING, "a test passes None on purpose for a field a consumer needs"),
-    ("CAM007", WARNING, "the tree defines no CommonAttentionMetadata dataclass"),
+    ("CAM007", WARNING, "the tree defines no {record} dataclass"),
     ("STUB001", ERROR, "layer stub lacks attributes the builder it reaches reads"),
     ("STUB002", WARNING, "layer stub built with **mapping may lack builder attributes"),
-    ("STUB003", INFO, "layer stub is not an AttentionLayerBase subclass"),
+    ("STUB003", INFO, "layer stub is not an {layer} subclass"),
     ("STUB004", ERROR, "object.__new__ stand-in lacks attributes its used methods read"),
+    ("STUB005", ERROR, "model-runner stub lacks attributes a measured builder requires"),
 )
 RULES: Mapping[str, AuditRule] = {
     code: AuditRule(code, level, text) for code, level, text in _RULE_ROWS

@@ -19,6 +19,7 @@ from typing import Any
 
 from conformance.audit.astutil import dotted, parents
 from conformance.audit.conditions import derived_names, unrequired_ids
+from conformance.audit.modes import mode_branch_ids
 from conformance.audit.sites import EngineSites
 from conformance.audit.usage import PREFILL_ONLY, on_prefill_path, record_parameters
 
@@ -64,6 +65,8 @@ def record_calls(func: ast.FunctionDef | ast.AsyncFunctionDef, sites: EngineSite
     if not calls:
         return []
     lazy = unrequired_ids(func, derived_names(func, params))
+    if sites.mode_field:
+        lazy |= mode_branch_ids(func, sites.mode_field)
     up = parents(func)
     found = set()
     for node, callee in calls:

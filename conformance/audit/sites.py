@@ -35,6 +35,10 @@ class EngineSites:
     """Parameter names that hold the record (a parameter annotated with `record` does too)."""
     builder_entry: str
     """The builder method the engine calls with the record; named first in messages."""
+    consumer_method: str
+    """A class consumes the record only when it has this method ("": any class with a method
+    taking the record). SGLang's model runners, models and graph runners take the batch
+    too; its consumers are the attention backends (``init_forward_metadata``)."""
     layer: str
     """The engine's attention layer class (``AttentionLayerBase``, ``RadixAttention``)."""
     rules: tuple[str, ...]
@@ -86,6 +90,7 @@ VLLM = EngineSites(
     record_mentions=("CommonAttentionMetadata", "common_attn_metadata"),
     record_params=frozenset({"common_attn_metadata", "common_metadata"}),
     builder_entry="build",
+    consumer_method="",
     layer="AttentionLayerBase",
     rules=(*_ALL_CAM, "STUB001", "STUB002", "STUB003", "STUB004"),
     layer_context="static_forward_context",
@@ -100,6 +105,7 @@ SGLANG = EngineSites(
     record_mentions=("ForwardBatch", "forward_batch"),
     record_params=frozenset({"forward_batch"}),
     builder_entry="init_forward_metadata",
+    consumer_method="init_forward_metadata",
     layer="RadixAttention",
     rules=(*_ALL_CAM, "STUB004", "STUB005"),
     filled_later=True,

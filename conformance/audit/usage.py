@@ -19,6 +19,8 @@ from typing import Any
 
 from conformance.audit.astutil import Scope, dotted, guards, parents, terminal
 from conformance.audit.conditions import derived_names, none_fallbacks, unrequired_ids
+from conformance.audit.filled import later_fields, mode_member
+from conformance.audit.modes import mode_branch_ids
 from conformance.audit.selfuse import self_usage
 from conformance.audit.shapes import stubs_in_scope
 from conformance.audit.sites import EngineSites
@@ -175,7 +177,8 @@ def consumer_needs(
     """Fields `func` requires of its record parameter (module docstring); None when it has
     no such parameter. A field read only on the prefill path (under a branch testing a
     ``*prefill*`` name, ``if num_prefills > 0:``) is listed as ``field@prefill``:
-    decode-only batches do not need it."""
+    decode-only batches do not need it. A read on some of the batch's modes only (`modes`)
+    is no requirement."""
     params = record_parameters(func, sites)
     if not params:
         return None
@@ -222,6 +225,8 @@ def consumer_needs(
             continue
         if lazy is None:  # computed only for functions that dereference the record
             lazy = unrequired_ids(func, derived_names(func, params))
+            if sites.mode_field:
+                lazy |= mode_branch_ids(func, sites.mode_field)
         if id(node) not in lazy:
             needs[field] = needs.get(field, True) and on_prefill_path(node, up)
     return sorted(f"{f}{PREFILL_ONLY}" if only else f for f, only in needs.items())
@@ -265,7 +270,9 @@ def _dereferenced(node: ast.AST, up: dict[int, ast.AST]) -> bool:
 
 
 def cam_sites(scope: Scope, cam_names: set[str], sites: EngineSites) -> list[dict[str, Any]]:
-    """Calls of the record class (by name, alias or attribute) in `scope`."""
+    """Calls of the record class (by name, alias or attribute) in `scope`; for an engine that
+    fills its record later, with the fields it sets afterwards and its literal mode
+    (`filled`)."""
     found = []
     for node in scope.nodes:
         if not isinstance(node, ast.Call):
@@ -301,6 +308,10 @@ def cam_sites(scope: Scope, cam_names: set[str], sites: EngineSites) -> list[dic
                 site["kw"].append(name)
                 if isinstance(value, ast.Constant) and value.value is None:
                     site["kw_none"].append(name)
+        if sites.filled_later:
+            site["later"] = later_fields(scope, node)
+        if sites.mode_field:
+            site["mode"] = mode_member(node, sites.mode_field)
         found.append(site)
     return found
 
