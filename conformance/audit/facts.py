@@ -19,7 +19,7 @@ from conformance.audit.astutil import constant_str, dotted, iter_scopes, termina
 from conformance.audit.definition import definition_facts
 from conformance.audit.sites import VLLM, EngineSites
 
-FACTS_VERSION = 18
+FACTS_VERSION = 19
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
@@ -196,7 +196,8 @@ def _class_facts(
             cattrs.add(stmt.name)
             dynamic = dynamic or stmt.name in ("__getattr__", "__getattribute__")
             params = [*stmt.args.posonlyargs, *stmt.args.args]
-            self_name = params[0].arg if params else None
+            static = any(terminal(d) == "staticmethod" for d in stmt.decorator_list)
+            self_name = params[0].arg if params and not static else None
             method_scope = scopes.get(f"{qualname}.{stmt.name}")
             info = usage.self_usage(
                 method_scope.nodes if method_scope else [], self_name, stmt.body
