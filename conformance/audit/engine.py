@@ -99,8 +99,10 @@ def run_audit(
     """Run `audits` over `paths` and collect one report (docs/audit.md).
 
     The tree is an engine's: `sites` (default: the engine of `facts`, else vLLM) names its
-    record, builders and layers. With `facts` (that engine's measured facts), stubs and
-    construction sites are judged by what the real builders were seen to need (`measured`).
+    record, builders and layers. Files are read as the registered sites of that engine
+    (`ENGINE_SITES[sites.engine]`, by name, in worker processes and in the cache); `sites`
+    itself judges them. With `facts` (that engine's measured facts), stubs and construction
+    sites are judged by what the real builders were seen to need (`measured`).
 
     Raises `tree.AuditPathError` for a PATH that cannot be audited, `ProtocolFileError` for
     a bad protocol or definition file, `baseline.BaselineError` for a bad baseline and
