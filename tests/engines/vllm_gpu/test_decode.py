@@ -46,6 +46,7 @@ def fed(impl: str, case: GoldenCase) -> bool:
 
 
 GOLDENS = [(impl, case.id) for impl in IMPLEMENTATIONS for case in CASES if fed(impl, case)]
+GOLDEN_IDS = [f"{impl}-{case_id}" for impl, case_id in GOLDENS]
 MASKING = [(impl, *pair) for impl, spec in IMPLEMENTATIONS.items() for pair in spec.dtype_pairs]
 MASKING_IDS = [f"{impl}-{dtype_pair_id(q, kv)}" for impl, q, kv in MASKING]
 
@@ -72,34 +73,24 @@ def decode_golden(backend: VllmDecodeBackend, case_id: str) -> tuple[Golden, tor
     return golden, out, lse
 
 
-@pytest.mark.parametrize(("impl", "case_id"), GOLDENS, ids=[f"{i}-{c}" for i, c in GOLDENS])
+def judge_golden(implementations, impl: str, case_id: str, part: str, record) -> None:
+    """vLLM's `impl` on the golden, its output or its LSE judged."""
+    backend = running(implementations, impl)
+    golden, out, lse = decode_golden(backend, case_id)
+    what = f"vLLM {impl} (vLLM's own metadata){relaid_note(golden)}"
+    assert_result_matches(
+        out=out, lse=lse, golden=golden, backend=backend, record=record, what=what, parts=(part,)
+    )
+
+
+@pytest.mark.parametrize(("impl", "case_id"), GOLDENS, ids=GOLDEN_IDS)
 def test_output_matches_golden(implementations, impl, case_id, record_errors) -> None:
-    backend = running(implementations, impl)
-    golden, out, lse = decode_golden(backend, case_id)
-    assert_result_matches(
-        out=out,
-        lse=lse,
-        golden=golden,
-        backend=backend,
-        record=record_errors,
-        what=f"vLLM {impl} (vLLM's own metadata){relaid_note(golden)}",
-        parts=("out",),
-    )
+    judge_golden(implementations, impl, case_id, "out", record_errors)
 
 
-@pytest.mark.parametrize(("impl", "case_id"), GOLDENS, ids=[f"{i}-{c}" for i, c in GOLDENS])
+@pytest.mark.parametrize(("impl", "case_id"), GOLDENS, ids=GOLDEN_IDS)
 def test_lse_matches_golden(implementations, impl, case_id, record_errors) -> None:
-    backend = running(implementations, impl)
-    golden, out, lse = decode_golden(backend, case_id)
-    assert_result_matches(
-        out=out,
-        lse=lse,
-        golden=golden,
-        backend=backend,
-        record=record_errors,
-        what=f"vLLM {impl} (vLLM's own metadata){relaid_note(golden)}",
-        parts=("lse",),
-    )
+    judge_golden(implementations, impl, case_id, "lse", record_errors)
 
 
 def judge_masking(backend, impl, q_dtype, kv_dtype, part: str, record) -> None:
