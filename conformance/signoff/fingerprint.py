@@ -35,6 +35,7 @@ COMMON_FILES: tuple[str, ...] = (
     "conformance/stubs/*.py",
     "conformance/persistent/*.py",
     "conformance/numerics/*.py",
+    "conformance/goldens/*.py",
     "tests/conformance/*.py",
     "tests/goldens/manifest.json",
 )

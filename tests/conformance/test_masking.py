@@ -23,7 +23,7 @@ import torch
 
 from backends.base import Backend
 from conformance.applicability import dtype_pair_id
-from conformance.numerics.masking_run import masking_failures
+from conformance.goldens.masking_run import masking_failures
 
 DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 # The pairs an MLA decode takes, as in the golden cases: bf16 q over any cache, fp8 q over a

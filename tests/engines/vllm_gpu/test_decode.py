@@ -24,11 +24,11 @@ from conformance.applicability import dtype_pair_id
 from conformance.engines.vllm.decode import E4M3, IMPLEMENTATIONS, Fault, VllmDecodeBackend
 from conformance.goldens.assertions import assert_result_matches, run_decode
 from conformance.goldens.cases import GoldenCase
+from conformance.goldens.masking_run import masking_failures
 from conformance.goldens.record import Golden, load_golden
 from conformance.goldens.relayout import for_backend, relaid_note
 from conformance.goldens.store import GoldenStore, default_root
 from conformance.metadata.dims import DEEPSEEK_R1
-from conformance.numerics.masking_run import masking_failures
 from conformance.stubs.protocol import MLAAttentionLayer
 
 LAYER = "model.layers.0.self_attn.attn"
