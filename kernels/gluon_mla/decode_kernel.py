@@ -30,7 +30,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from kernels.triton_mla.work import _program_slice, _work_span
+from kernels.plan_slice import program_slice, work_span
 
 BLOCK_M = gl.constexpr(64)
 # Gluon is experimental and renames as it goes: Triton 3.6 has `thread_barrier` and
@@ -242,7 +242,7 @@ def gluon_mla_decode_kernel(
     kv_rope = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, D_R], KV_ROPE_SL)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_N], P_SL)
 
-    grp, work_begin, work_end, kv_scale, score_scale = _program_slice(
+    grp, work_begin, work_end, kv_scale, score_scale = program_slice(
         work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
         sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
     )  # fmt: skip
@@ -252,7 +252,7 @@ def gluon_mla_decode_kernel(
         (
             partial_loc, qo_start, group, part_head, q_begin, q_len, page_begin, _pages, kv_len,
             tok_lo, tok_hi, num_rows,
-        ) = _work_span(
+        ) = work_span(
             work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
             heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
         )  # fmt: skip

@@ -42,7 +42,7 @@ from kernels.gluon_mla.decode_kernel import (
     _softmax_step,
     _store_block,
 )
-from kernels.triton_mla.work import _program_slice, _work_span
+from kernels.plan_slice import program_slice, work_span
 
 WIDEN_ROWS = gl.constexpr(16)  # tokens of a tile widened at a time (16 registers a thread)
 
@@ -97,7 +97,7 @@ def gluon_mla_fp8_decode_kernel(
     v_buf = gl.allocate_shared_memory(V_T, [BLOCK_N, D_V], V_SL)
     p_smem = gl.allocate_shared_memory(V_T, [BLOCK_M, BLOCK_N], P_SL)
 
-    grp, work_begin, work_end, kv_scale, score_scale = _program_slice(
+    grp, work_begin, work_end, kv_scale, score_scale = program_slice(
         work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
         sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
     )  # fmt: skip
@@ -107,7 +107,7 @@ def gluon_mla_fp8_decode_kernel(
         (
             partial_loc, qo_start, group, part_head, q_begin, q_len, page_begin, _pages, kv_len,
             tok_lo, tok_hi, num_rows,
-        ) = _work_span(
+        ) = work_span(
             work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
             heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
         )  # fmt: skip

@@ -46,7 +46,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from kernels.gluon_mla.decode_kernel import BLOCK_M, _cta_barrier, _store_block
 from kernels.gluon_mla.ws_loader import LOADER_WARPS, _block_bounds, _loader, _stage
-from kernels.triton_mla.work import _program_slice, _work_span
+from kernels.plan_slice import program_slice, work_span
 
 PART_WARPS = gl.constexpr(4)  # warps of each consumer partition (one warpgroup)
 CONSUMER_REGS = gl.constexpr(232)  # registers a thread of consumer 1 (O half: 128)
@@ -127,7 +127,7 @@ def _consumer(
     S_ROW: gl.constexpr = gl.SliceLayout(1, S_L)
     O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
 
-    grp, work_begin, work_end, kv_scale, score_scale = _program_slice(
+    grp, work_begin, work_end, kv_scale, score_scale = program_slice(
         work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
         sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
     )  # fmt: skip
@@ -138,7 +138,7 @@ def _consumer(
         (
             partial_loc, qo_start, group, part_head, q_begin, q_len, _, _, kv_len, tok_lo, tok_hi,
             num_rows,
-        ) = _work_span(
+        ) = work_span(
             work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
             heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
         )  # fmt: skip

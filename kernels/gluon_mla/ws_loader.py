@@ -22,7 +22,7 @@ from kernels.gluon_mla.decode_kernel import (
     _rows,
     _slot_offsets,
 )
-from kernels.triton_mla.work import _program_slice, _work_span
+from kernels.plan_slice import program_slice, work_span
 
 CHUNK = gl.constexpr(16)  # rows a loader pass copies (16 x 576 bf16: 9 vectors a thread)
 LOADER_WARPS = gl.constexpr(4)  # one warpgroup
@@ -63,8 +63,8 @@ def _loader(
     LOAD_ROW: gl.constexpr = gl.SliceLayout(1, LOAD)
     cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
     cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
-    # The work range of `_program_slice` (the scales are the consumers').
-    grp, work_begin, work_end, _kv_scale, _score_scale = _program_slice(
+    # The work range of `program_slice` (the scales are the consumers').
+    grp, work_begin, work_end, _kv_scale, _score_scale = program_slice(
         work_indptr_ptr, work_indptr_ptr, work_indptr_ptr, 1.0, 1.0, 1.0, False, GROUP_MODE, FAULT,
     )  # fmt: skip
     g = 0  # tiles of the blocks before this one (tile j of a block is the program's g + j)
@@ -73,7 +73,7 @@ def _loader(
         (
             _, qo_start, group, _, q_begin, q_len, page_begin, _, kv_len, tok_lo, tok_hi,
             num_rows,
-        ) = _work_span(
+        ) = work_span(
             work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
             heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
         )  # fmt: skip

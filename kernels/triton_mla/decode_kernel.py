@@ -14,8 +14,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernels.plan_slice import program_slice, work_span
 from kernels.triton_mla.tile import _attend, _load_attend, _operand, _store_rows, _tile_ptr
-from kernels.triton_mla.work import _program_slice, _work_span
 
 
 @triton.jit
@@ -69,7 +69,7 @@ def _persistent_mla_decode_kernel(
     ABLATE: tl.constexpr,
     FAULT: tl.constexpr,
 ):
-    grp, work_begin, work_end, kv_scale, score_scale = _program_slice(
+    grp, work_begin, work_end, kv_scale, score_scale = program_slice(
         work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
         sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
     )  # fmt: skip
@@ -87,7 +87,7 @@ def _persistent_mla_decode_kernel(
         (
             partial_loc, qo_start, group, part_head, q_begin, q_len, page_begin, num_pages,
             kv_len, tok_lo, tok_hi, num_rows,
-        ) = _work_span(
+        ) = work_span(
             work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
             heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
         )  # fmt: skip
