@@ -149,7 +149,6 @@ def declaration_problems(target: Target) -> list[str]:
 
 TRITON_FILES = (
     "backends/triton_backend.py",
-    "kernels/triton_mla.py",
     "kernels/triton_mla/*.py",
     "kernels/plan_slice.py",
 )
