@@ -1,7 +1,8 @@
 """The Hopper decode in Gluon (Triton's layout-explicit dialect): `decode_kernel` for bf16
 q and KV, `fp8_kernel` for e4m3 (``float8_e4m3fn``) q and KV, `ws_kernel` a warp-specialized
 bf16 one (chosen where programs are short, `kernels.triton_mla.config.WS_MAX_TILES`, or by a
-config with ``WS: 1``).
+config with ``WS: 1``) whose loader partition is `ws_loader`. `parts` holds the device
+functions they share (row packing, ``cp.async`` tiles, scores, softmax, the block's store).
 
 `usable` says whether a launch can take one of them: an sm_90 GPU, a Triton with Gluon's
 Hopper module, not under the interpreter, no earlier failure to compile (`disable`: Gluon is

@@ -1,6 +1,6 @@
 """The Hopper decode in Gluon over an e4m3 cache with e4m3 q: `gluon_mla_fp8_decode_kernel`.
 
-The contract, arguments and work loop of `kernels.gluon_mla.decode_kernel` (whose helpers it
+The contract, arguments and work loop of `kernels.gluon_mla.decode_kernel` (whose parts it
 shares), for e4m3 q and an e4m3 KV cache (per-tensor scales folded into the score scale and
 applied to O once, as there). Hopper's fp8 ``wgmma`` needs both operands K-major, which
 Q and the cached K rows are but V (the same rows, read along the tokens) is not, so:
@@ -32,15 +32,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from kernels.gluon_mla.decode_kernel import (
+from kernels.gluon_mla.parts import (
     BLOCK_M,
-    _block_start,
-    _cta_barrier,
-    _issue_tile,
-    _scores,
-    _slot_offsets,
-    _softmax_step,
-    _store_block,
+    block_start,
+    cta_barrier,
+    issue_scores,
+    issue_tile,
+    slot_offsets,
+    softmax_step,
+    store_block,
 )
 from kernels.plan_slice import program_slice, work_span
 
@@ -113,7 +113,7 @@ def gluon_mla_fp8_decode_kernel(
         )  # fmt: skip
 
         for m0 in range(0, num_rows, BLOCK_M):
-            row_hi, block_hi, num_tiles, next_slot, next_ok = _block_start(
+            row_hi, block_hi, num_tiles, next_slot, next_ok = block_start(
                 q_ptr, kv_ptr, kv_indices_ptr, q_lat, q_rope, kv_lat, kv_rope,
                 m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group,
                 q_begin, q_len, kv_len, page_begin, tok_lo, tok_hi,
@@ -127,45 +127,45 @@ def gluon_mla_fp8_decode_kernel(
 
             async_copy.wait_group(STAGES - 2)  # Q and tile 0 landed (this thread's copies)
             fence_async_shared()
-            _cta_barrier()
-            s = _scores(q_lat, q_rope, kv_lat.index(0), kv_rope.index(0), S_L, BLOCK_N)
+            cta_barrier()
+            s = issue_scores(q_lat, q_rope, kv_lat.index(0), kv_rope.index(0), S_L, BLOCK_N)
             _widen_v(kv_lat.index(0), v_buf, BLOCK_N, D_V, V_T)  # beside the scores
             s = warpgroup_mma_wait(0, deps=(s,))
             for j in range(num_tiles):
                 # Tile j - 1 is scored and widened: its stage takes tile j + STAGES - 1.
                 refill = (j + STAGES - 1) % STAGES
-                _issue_tile(
+                issue_tile(
                     kv_ptr, next_slot, next_ok, kv_lat.index(refill), kv_rope.index(refill),
                     D_V, D_R, LOAD,
                 )  # fmt: skip
-                next_slot, next_ok = _slot_offsets(
+                next_slot, next_ok = slot_offsets(
                     kv_indices_ptr, page_begin, tok_lo + (j + STAGES) * BLOCK_N, block_hi,
                     stride_kv_block, stride_kv_slot, BLOCK_N, PAGE_SIZE, LOAD_ROW,
                 )  # fmt: skip
 
                 pos = tok_lo + j * BLOCK_N + s_cols
-                p, alpha, m_i, l_cols = _softmax_step(s, m_i, l_cols, score_scale, pos, row_hi)
+                p, alpha, m_i, l_cols = softmax_step(s, m_i, l_cols, score_scale, pos, row_hi)
                 if P_FP8:
                     p_smem.store(p.to(gl.float8e4nv).to(V_T))
                 else:
                     p_smem.store(p.to(V_T))
                 o = o * gl.convert_layout(alpha, O_ROW)[:, None]
                 fence_async_shared()
-                _cta_barrier()  # both halves of P and all of V (tile j) are written
+                cta_barrier()  # both halves of P and all of V (tile j) are written
                 o = warpgroup_mma(p_smem, v_buf, o, is_async=True)
 
                 async_copy.wait_group(STAGES - 2)  # tile j + 1 landed
                 fence_async_shared()
-                _cta_barrier()
+                cta_barrier()
                 nxt = (j + 1) % STAGES
-                s = _scores(q_lat, q_rope, kv_lat.index(nxt), kv_rope.index(nxt), S_L, BLOCK_N)
+                s = issue_scores(q_lat, q_rope, kv_lat.index(nxt), kv_rope.index(nxt), S_L, BLOCK_N)
                 o = warpgroup_mma_wait(1, deps=(o,))  # P V done, the scores still running
-                _cta_barrier()  # every warpgroup is done with P and V
+                cta_barrier()  # every warpgroup is done with P and V
                 _widen_v(kv_lat.index(nxt), v_buf, BLOCK_N, D_V, V_T)
                 s = warpgroup_mma_wait(0, deps=(s,))
             async_copy.wait_group(0)  # the look-ahead tiles past the end
-            _cta_barrier()
-            _store_block(
+            cta_barrier()
+            store_block(
                 o, m_i, l_cols, kv_scale, m0, num_rows, qo_start, heads_per_work, fold_ratio,
                 seq_q, group, partial_loc, part_head, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
                 stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, stride_po_row,

@@ -44,8 +44,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from kernels.gluon_mla.decode_kernel import BLOCK_M, _cta_barrier, _store_block
-from kernels.gluon_mla.ws_loader import LOADER_WARPS, _block_bounds, _loader, _stage
+from kernels.gluon_mla.parts import BLOCK_M, block_bounds, cta_barrier, store_block
+from kernels.gluon_mla.ws_loader import LOADER_WARPS, loader, tile_stage
 from kernels.plan_slice import program_slice, work_span
 
 PART_WARPS = gl.constexpr(4)  # warps of each consumer partition (one warpgroup)
@@ -58,7 +58,7 @@ def _chunked_scores(q_lat, q_rope, lat_buf, rope_buf, S_L: gl.constexpr, BLOCK_N
                     D_V: gl.constexpr):  # fmt: skip
     """Issue ``S = Q Kᵀ`` (asynchronous), the latent block as a loop over its 64-column
     chunks: each MMA's shared-memory descriptors are then built where it is issued (with the
-    36 k-steps unrolled, as `decode_kernel._scores`, the compiler holds all their
+    36 k-steps unrolled, as `parts.issue_scores`, the compiler holds all their
     descriptors across the kernel and spills). A 128-byte-swizzled ``[rows, 512]`` buffer is
     8 ``[rows, 64]`` ones back to back, so the chunks reinterpret the same memory."""
     Q_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, 64], gl.bfloat16)
@@ -82,7 +82,7 @@ def _p_tile(kv_rope, g, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
 @gluon.jit
 def _release(bar):
     """This partition's arrival on `bar`, once all its warps got there."""
-    _cta_barrier()
+    cta_barrier()
     mbarrier.arrive(bar)
 
 
@@ -143,7 +143,7 @@ def _consumer(
             heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
         )  # fmt: skip
         for m0 in range(0, num_rows, BLOCK_M):
-            row_hi, _, num_tiles = _block_bounds(
+            row_hi, _, num_tiles = block_bounds(
                 m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, q_begin,
                 q_len, kv_len, tok_lo, tok_hi, CAUSAL, BLOCK_N, S_ROW,
             )  # fmt: skip
@@ -155,7 +155,7 @@ def _consumer(
                 # The other's tile t - 1 (if any): release tile t - 2 (own, its P V done),
                 # issue S_t, then (once the other handed over P) P V_{t-1} on this half; wait
                 # for S_t alone, P V_{t-1} (issued after it) running on under the softmax.
-                stage, phase = _stage(g + t, STAGES)
+                stage, phase = tile_stage(g + t, STAGES)
                 if t > 0:
                     o_now = warpgroup_mma_wait(0, deps=(o,))
                     if t > 1:
@@ -218,7 +218,7 @@ def _consumer(
             _release(l_ready.index(blk % 2))
             mbarrier.wait(l_ready.index(blk % 2), (blk // 2) & 1)
             l_tot = l_i + l_smem.index((blk % 2) * 2 + 1 - WG).load(S_ROW)
-            _store_block(  # this consumer's columns; consumer 0 the LSE
+            store_block(  # this consumer's columns; consumer 0 the LSE
                 o_now, m_i, l_tot[:, None], kv_scale, m0, num_rows, qo_start, heads_per_work,
                 fold_ratio, seq_q, group, partial_loc, part_head, out_ptr + WG * HALF, lse_ptr,
                 part_o_ptr + WG * HALF, part_lse_ptr, stride_o_tok, stride_o_head,
@@ -272,7 +272,7 @@ def gluon_mla_ws_decode_kernel(
     mbarrier.init(q_ready, count=1)
     mbarrier.init(q_free, count=2)
     fence_async_shared()
-    _cta_barrier()
+    cta_barrier()
 
     # Gluon's `warp_specialize` as of Triton 3.6: (fn, args) pairs, the default partition's
     # first; worker warps and registers. The arguments are written out in each call: a tuple
@@ -299,7 +299,7 @@ def gluon_mla_ws_decode_kernel(
                 fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, STAGES, D_V, P_FP8, SCALES_IN_MEMORY,
                 GROUP_MODE, FAULT,
             )),
-            (_loader, (
+            (loader, (
                 q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free, q_ptr,
                 kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
                 kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head,
