@@ -104,11 +104,7 @@ def _others_pv(
 
 @gluon.jit
 def _consumer(
-    WG: gl.constexpr, q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem,
-    kv_ready, kv_free, q_ready, q_free, p_ready, l_ready,
-    out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr,
-    kv_last_page_lens_ptr, qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value,
-    kv_scale_value, sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok,
+    WG: gl.constexpr, buffers, pointers, stride_o_tok, stride_o_head, stride_lse_tok,
     stride_lse_head, stride_po_row, stride_po_head, stride_pl_row, stride_pl_head,
     heads_per_work, fold_ratio, seq_q,
     PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
@@ -116,7 +112,17 @@ def _consumer(
     GROUP_MODE: gl.constexpr, FAULT: gl.constexpr,
 ):  # fmt: skip
     """Consumer `WG` (0 or 1): the scores and softmax of the tiles it owns (the program's
-    tiles g with ``g % 2 == WG``), and its half of ``P V`` for every tile."""
+    tiles g with ``g % 2 == WG``), and its half of ``P V`` for every tile. `buffers` and
+    `pointers` are the kernel's tuples of that name."""
+    (
+        q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem, kv_ready, kv_free, q_ready, q_free,
+        p_ready, l_ready,
+    ) = buffers  # fmt: skip
+    (
+        out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr,
+        kv_last_page_lens_ptr, qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value,
+        kv_scale_value, sm_scale_log2,
+    ) = pointers  # fmt: skip
     HALF: gl.constexpr = D_V // 2
     S_L: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[PART_WARPS, 1], instr_shape=[16, BLOCK_N, 16]
@@ -275,29 +281,32 @@ def gluon_mla_ws_decode_kernel(
     cta_barrier()
 
     # Gluon's `warp_specialize` as of Triton 3.6: (fn, args) pairs, the default partition's
-    # first; worker warps and registers. The arguments are written out in each call: a tuple
-    # held in a variable would turn its constexprs into tensors.
+    # first; worker warps and registers. Both consumers take the shared memory and mbarriers
+    # (`buffers`) and the pointers and float scales (`pointers`) as tuples; the integers and
+    # constexprs are written out in each call: a tuple held in a variable would turn its
+    # constexprs into tensors (and Triton makes an integer argument of 1 a constexpr).
+    buffers = (
+        q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem, kv_ready, kv_free, q_ready, q_free,
+        p_ready, l_ready,
+    )  # fmt: skip
+    pointers = (
+        out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr,
+        kv_last_page_lens_ptr, qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value,
+        kv_scale_value, sm_scale_log2,
+    )  # fmt: skip
     gl.warp_specialize(
         [
             (_consumer, (
-                0, q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem, kv_ready, kv_free,
-                q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
-                qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
-                sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
-                stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
-                fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, STAGES, D_V, P_FP8, SCALES_IN_MEMORY,
-                GROUP_MODE, FAULT,
+                0, buffers, pointers, stride_o_tok, stride_o_head, stride_lse_tok,
+                stride_lse_head, stride_po_row, stride_po_head, stride_pl_row, stride_pl_head,
+                heads_per_work, fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, STAGES, D_V, P_FP8,
+                SCALES_IN_MEMORY, GROUP_MODE, FAULT,
             )),
             (_consumer, (
-                1, q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem, kv_ready, kv_free,
-                q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
-                qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
-                sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
-                stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
-                fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, STAGES, D_V, P_FP8, SCALES_IN_MEMORY,
-                GROUP_MODE, FAULT,
+                1, buffers, pointers, stride_o_tok, stride_o_head, stride_lse_tok,
+                stride_lse_head, stride_po_row, stride_po_head, stride_pl_row, stride_pl_head,
+                heads_per_work, fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, STAGES, D_V, P_FP8,
+                SCALES_IN_MEMORY, GROUP_MODE, FAULT,
             )),
             (loader, (
                 q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free, q_ptr,
