@@ -163,7 +163,8 @@ def gluon_mla_decode_kernel(
                 _widen_v(kv_lat.index(0), v_buf, BLOCK_N, D_V, P_T)  # beside the scores
             s = warpgroup_mma_wait(0, deps=(s,))
             for j in range(num_tiles):
-                # Tile j - 1 is scored (and widened): its stage takes tile j + STAGES - 1.
+                # Every warpgroup is done with tile j - 1's stage (its scores, and its P V or,
+                # for e4m3, its widening): the stage takes tile j + STAGES - 1.
                 refill = (j + STAGES - 1) % STAGES
                 issue_tile(
                     kv_ptr, next_slot, next_ok, kv_lat.index(refill), kv_rope.index(refill),
