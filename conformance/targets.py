@@ -147,7 +147,11 @@ def declaration_problems(target: Target) -> list[str]:
     return problems
 
 
-TRITON_FILES = ("backends/triton_backend.py", "kernels/triton_mla.py", "kernels/triton_mla/*.py")
+TRITON_FILES = (
+    "backends/triton_backend.py",
+    "kernels/triton_mla/*.py",
+    "kernels/plan_slice.py",
+)
 
 BUILTIN_TARGETS: dict[str, Target] = {
     target.name: target

@@ -127,6 +127,23 @@ def package_graph(graph: Mapping[str, set[str]], layers: Sequence[Layer] = LAYER
     return result
 
 
+def inner_package_graph(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph one level inside the top packages: between their packages and
+    top-level modules (``kernels.triton_mla``, ``kernels.gluon_mla``, ``kernels.plan_slice``),
+    which may share a floor's member and still must import one way."""
+
+    def inner(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    result: dict[str, set[str]] = {}
+    for source, targets in graph.items():
+        result.setdefault(inner(source), set())
+        for target in targets:
+            if inner(target) != inner(source):
+                result[inner(source)].add(inner(target))
+    return result
+
+
 def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
     """Every strongly connected component of more than one node (Tarjan, iterative)."""
     index: dict[str, int] = {}

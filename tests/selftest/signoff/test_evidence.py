@@ -20,7 +20,7 @@ IDS = node_ids("metadata", 5) + node_ids("persistent", 3)
 REPOSITORY = Path(__file__).resolve().parents[3]
 TREE = (
     "backends/triton_backend.py",
-    "kernels/triton_mla.py",
+    "kernels/triton_mla/launch.py",
     "backends/cpu.py",
     "kernels/paged.py",
 )
@@ -167,7 +167,7 @@ def test_save_evidence_of_a_good_run_records_the_fingerprint(checkout: Path) -> 
     target = save(checkout)
     versions = json.loads((target / "versions.json").read_text())
     assert set(versions["fingerprint"]["files"]) == {
-        "backends/triton_backend.py", "kernels/triton_mla.py", "kernels/paged.py"
+        "backends/triton_backend.py", "kernels/triton_mla/launch.py", "kernels/paged.py"
     }  # fmt: skip
     assert versions["device_kind"] == "cuda"
 
