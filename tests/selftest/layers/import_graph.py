@@ -17,7 +17,7 @@ class Layer:
     peers: bool = False
 
 
-# Bottom to top, as README's Layout says. A package may import its own floor's peers only
+# Bottom to top, as docs/layout.md says. A package may import its own floor's peers only
 # where ``peers`` is set, and any floor below.
 LAYERS: tuple[Layer, ...] = (
     Layer(("conformance.aiter_kernels",)),  # a vendor's kernel tables, read by applicability

@@ -1,5 +1,5 @@
 """Imports run one way: no circle between modules or packages (nor between the packages inside
-one), no arrow running back up the floors of README's Layout (`import_graph.LAYERS`), every
+one), no arrow running back up the floors of docs/layout.md (`import_graph.LAYERS`), every
 module on a floor. Each rule is shown to reject a small tree that breaks it."""
 
 from __future__ import annotations
