@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -255,6 +256,21 @@ def vllm_release(session: nox.Session, release: str) -> None:
     from conformance.ci.engine_session import run_session
 
     run_session(session, VLLM, release=release)
+
+
+@nox.session
+def vllm_gpu(session: nox.Session) -> None:
+    """vLLM's own MLA decode on a CUDA GPU (TRITON_MLA, FLASHMLA) under the numerics and
+    masking families; a skipped session without an NVIDIA GPU (docs/engines.md).
+
+    Installs the vLLM release with its whole GPU stack (``-- --vllm-version X``), or uses the
+    interpreter's (``-- --vllm-from-interpreter``); other arguments go to pytest.
+    """
+    from conformance.ci.engine_session import run_session
+
+    if shutil.which("nvidia-smi") is None:
+        session.skip("vllm_gpu: no NVIDIA GPU here (nvidia-smi not found)")
+    run_session(session, engine_target("vllm_gpu"))
 
 
 @nox.session(python=SGLANG.python)

@@ -297,8 +297,9 @@ def _kernel(declaration: Declaration, case: CaseFacts | None) -> str | None:
     return f"{NOT_APPLICABLE}no {declaration.kernels.arch} kernel: {choice.reason}"  # type: ignore[union-attr]
 
 
-Rule = Callable[[Declaration, "CaseFacts | None"], "str | None"]
-TEST_RULES: Mapping[str, tuple[Rule, ...]] = {
+ApplicabilityRule = Callable[[Declaration, "CaseFacts | None"], "str | None"]
+"""Why a test does not apply to a declaration and case (None: it applies)."""
+TEST_RULES: Mapping[str, tuple[ApplicabilityRule, ...]] = {
     "test_plan.py": (_plan,),
     "test_plan.py::test_planner_call_replays_with_fp8_dtypes": (_plan, _fp8_case),
     "test_plan.py::test_decode_is_plan_invariant": (_plan, _cam_case, _kernel),
@@ -320,7 +321,7 @@ def split_node_id(node_id: str) -> tuple[str, str, str | None]:
     return path.rsplit("/", 1)[-1], function, param[:-1] if bracket else None
 
 
-def rules_of(node_id: str) -> tuple[Rule, ...]:
+def rules_of(node_id: str) -> tuple[ApplicabilityRule, ...]:
     """The rules a test is subject to (none for most tests)."""
     file_name, function, _ = split_node_id(node_id)
     return TEST_RULES.get(f"{file_name}::{function}") or TEST_RULES.get(file_name) or ()

@@ -52,6 +52,9 @@ class Target:
     description: str
     """One line: the docstring of its nox session (what ``nox -l`` shows)."""
     device: DeviceKind
+    behaviour_files: tuple[str, ...] = ()
+    """Glob patterns, relative to the repository, of the suite's files that decide its
+    behaviour (beyond the shared ones): the fingerprint of its evidence."""
     environment: Mapping[str, str] = field(default_factory=dict)
     """Variables its runs set (if unset) before its tests import anything."""
     default: bool = False
@@ -67,13 +70,11 @@ class Target:
 
 @dataclass(frozen=True, kw_only=True)
 class BackendTarget(Target):
-    """A backend: the class the registry loads, and the files that fingerprint its evidence."""
+    """A backend: the class the registry loads."""
 
     kind: ClassVar[str] = BACKEND
     class_path: str
     """``module:Class`` of its `Backend`."""
-    behaviour_files: tuple[str, ...] = ()
-    """Glob patterns, relative to the repository, of the files that decide its behaviour."""
 
     def __post_init__(self) -> None:
         if ":" not in self.class_path:
@@ -127,6 +128,14 @@ class EngineTarget(Target):
     releases: Mapping[str, Release] = field(default_factory=dict)
     """The release matrix: each release the driver is measured on, with its own pins and
     known findings (none: the pinned release alone, no pins of its own)."""
+    option_name: str | None = None
+    """The name in its session's options (``--<name>-version``); None: the target's name."""
+    whole_install: bool = False
+    """Install the engine with every dependency it declares (its GPU stack: a GPU target),
+    instead of `runtime` alone at its pins beside a CPU torch."""
+    measures_facts: bool = True
+    """Whether its tests measure an engine facts file (``reports/engines/``, SHA256SUMS);
+    else they write only the run's statuses, beside its JUnit report."""
 
     def __post_init__(self) -> None:
         if self.supports(self.version) is not None:
@@ -153,8 +162,16 @@ class EngineTarget(Target):
         """The engine tests that fail on `version` because of the engine's own code."""
         return self.releases.get(version, Release()).findings
 
+    @property
+    def option(self) -> str:
+        """The name its session's options carry: ``--<option>-version``."""
+        return self.option_name or self.name
+
     def facts_file(self, version: str) -> str:
-        """The facts file name under reports/engines/."""
+        """The facts file name under reports/engines/ (a target measuring no facts: the
+        statuses file beside its JUnit report)."""
+        if not self.measures_facts:
+            return f"{self.name}.statuses.json"
         return f"{self.name}-{version}.facts.json"
 
 

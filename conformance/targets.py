@@ -43,7 +43,11 @@ ROCM = DeviceKind("rocm", "HIP_VISIBLE_DEVICES", ("self-hosted", "amd"), "amd", 
 DEVICE_KINDS: dict[str, DeviceKind] = {kind.name: kind for kind in (CPU, CUDA, ROCM)}
 """Every device kind by name; a new kind is one more entry, which every consumer sees."""
 
-TRITON_FILES = ("backends/triton_backend.py", "kernels/triton_mla/*.py")
+TRITON_FILES = (
+    "backends/triton_backend.py",
+    "kernels/triton_mla/*.py",
+    "kernels/plan_slice.py",
+)
 
 UNPADDED_DROPS_UPPER_BOUND = {
     "test_family_a.py::test_transformation_keeps_every_needed_field[unpadded]": (
@@ -51,6 +55,20 @@ UNPADDED_DROPS_UPPER_BOUND = {
         "without seq_lens_cpu_upper_bound, which the MLA builders need on mixed batches"
     ),
 }
+
+VLLM_QUIET_WARNINGS = (
+    # vLLM's import of flashinfer's CuTe DSL kernels (cutlass.utils.* renamed) and of
+    # torch.jit-scripted helpers; raised in the engine's stack, not in the suite
+    r"ignore::DeprecationWarning:(vllm|flashinfer|cutlass|torch\.jit)(\.|$)",
+    r"ignore::FutureWarning:(vllm|flashinfer|cutlass)(\.|$)",
+)
+TRITON_MLA_LSE_IN_Q_DTYPE = (
+    "vllm/v1/attention/backends/mla/triton_mla.py: TritonMLAImpl.forward_mqa allocates the "
+    "LSE in q's dtype (lse = torch.zeros(B, q_num_heads, dtype=q.dtype)), so a bf16 q gets a "
+    "bf16 LSE, rounded by up to 2**-9 of its value (0.016 at an LSE of 5, about 18 times the "
+    "derived bound); vLLM merges the decode context-parallel ranks' outputs with it "
+    "(supports_dcp = True)"
+)
 
 BUILTIN_TARGETS: dict[str, Target] = {
     target.name: target
@@ -175,12 +193,7 @@ BUILTIN_TARGETS: dict[str, Target] = {
                 "vllm.v1.attention.backends.mla.cpu_mla",
             ),
             must_build=("TRITON_MLA", "CPU_MLA", "ROCM_AITER_MLA"),
-            quiet_warnings=(
-                # vLLM's import of flashinfer's CuTe DSL kernels (cutlass.utils.* renamed) and of
-                # torch.jit-scripted helpers; raised in the engine's stack, not in the suite
-                r"ignore::DeprecationWarning:(vllm|flashinfer|cutlass|torch\.jit)(\.|$)",
-                r"ignore::FutureWarning:(vllm|flashinfer|cutlass)(\.|$)",
-            ),
+            quiet_warnings=VLLM_QUIET_WARNINGS,
             releases={
                 # 0.28.0 is the first release whose MLA builders read the five dims from the layers
                 # (MLACommonMetadataBuilder.__init__: self.mla_dims = MLADims(q_lora_rank=layer...);
@@ -197,6 +210,39 @@ BUILTIN_TARGETS: dict[str, Target] = {
                 # 0.34.0 pins flashinfer-python==0.7.3, which the package index does not hold
                 "0.34.0": Release(("flashinfer-python==0.7.4",)),
             },
+        ),
+        EngineTarget(
+            name="vllm_gpu",
+            description="vLLM's own MLA decode (TRITON_MLA, FLASHMLA) on a CUDA GPU under the "
+            "numerics and masking families (docs/engines.md).",
+            device=CUDA,
+            behaviour_files=("conformance/engines/vllm/*.py", "tests/engines/vllm_gpu/*.py"),
+            distribution="vllm",
+            version="0.33.0",
+            min_version="0.33.0",
+            below_version="0.35.0",
+            runtime=(),
+            suite=("pytest", "safetensors"),
+            tests="tests/engines/vllm_gpu",
+            probe_modules=(
+                "vllm.v1.attention.backend",
+                "vllm.v1.attention.backends.mla.triton_mla",
+                "vllm.v1.attention.backends.mla.flashmla",
+            ),
+            must_build=("TRITON_MLA", "FLASHMLA"),
+            quiet_warnings=VLLM_QUIET_WARNINGS,
+            releases={
+                "0.33.0": Release(
+                    findings={
+                        "test_decode.py::test_lse_matches_golden[TRITON_MLA-*": (
+                            TRITON_MLA_LSE_IN_Q_DTYPE
+                        ),
+                    }
+                ),
+            },
+            option_name="vllm",
+            whole_install=True,
+            measures_facts=False,
         ),
         EngineTarget(
             name="sglang",

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.flashmla.ops import DENSE_LIB, FP8_LIB, PROVENANCE_FILE
 from conformance.targets import BUILTIN_TARGETS
+from scripts.vllm_gpu_carry import download as download_wheels
 
 MEMBERS = (f"vllm/{DENSE_LIB}", f"vllm/{FP8_LIB}")
 
@@ -34,13 +35,7 @@ MEMBERS = (f"vllm/{DENSE_LIB}", f"vllm/{FP8_LIB}")
 def download(version: str, into: Path) -> Path:
     """The vLLM CUDA wheel of `version` for CPython 3.12 on x86-64 Linux."""
     print(f"downloading vllm=={version} (about 340 MB) ...", flush=True)
-    command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--python-version", "3.12", "--platform", "manylinux_2_28_x86_64",
-        "-d", str(into), f"vllm=={version}",
-    ]  # fmt: skip
-    subprocess.run(command, check=True)
-    return next(into.glob("vllm-*.whl"))
+    return download_wheels([f"vllm=={version}"], into, deps=False)[0]
 
 
 def extract(wheel: Path, out: Path) -> dict[str, object]:
@@ -78,7 +73,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             wheel = args.wheel or download(args.vllm_version, Path(tmp))
-        except (subprocess.CalledProcessError, StopIteration):
+        except (subprocess.CalledProcessError, IndexError):
             print(f"vllm=={args.vllm_version}: no CUDA wheel could be downloaded", file=sys.stderr)
             return 1
         provenance = extract(wheel, args.outdir)

@@ -5,8 +5,8 @@
 Writes OUTFILE and prints the same JSON: the device and every GPU torch sees (``gpus``).
 BACKEND ``cuda`` adds Triton's version, the device memory and what ``nvidia-smi`` says;
 ``flashinfer`` adds FlashInfer's version, ``flashmla`` where FlashMLA's ops came from (with
-each file's sha256). SCRIPT names the script that ran, with the commit
-of MLA_CONFORMANCE_GIT_COMMIT ("unknown" without it).
+each file's sha256), ``vllm_gpu`` vLLM's version. SCRIPT names the script that ran, with the
+commit of MLA_CONFORMANCE_GIT_COMMIT ("unknown" without it).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-BACKENDS = ("cuda", "flashinfer", "flashmla")
+BACKENDS = ("cuda", "flashinfer", "flashmla", "vllm_gpu")
 
 
 def _triton_version() -> str:
@@ -38,6 +38,15 @@ def _flashinfer_version() -> str:
         return getattr(flashinfer, "__version__", "unknown")
     except Exception as exc:  # reported, the run that follows says the backend is unavailable
         return f"not importable: {type(exc).__name__}: {exc}"
+
+
+def _vllm_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("vllm")
+    except Exception as exc:  # reported; the run that follows says why vLLM is missing
+        return f"not found: {type(exc).__name__}: {exc}"
 
 
 def _flashmla_source() -> dict[str, str]:
@@ -72,6 +81,8 @@ def machine_info(backend: str, script: str) -> dict[str, Any]:
         info["triton"] = _triton_version()
     elif backend == "flashinfer":
         info["flashinfer"] = _flashinfer_version()
+    elif backend == "vllm_gpu":
+        info["vllm"] = _vllm_version()
     else:
         info["flashmla"] = _flashmla_source()
     if torch.cuda.is_available():

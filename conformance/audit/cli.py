@@ -19,12 +19,12 @@ from conformance.audit.config import Config, ConfigError, find_pyproject, load_c
 from conformance.audit.engine import AUDITS, run_audit
 from conformance.audit.findings import SEVERITIES
 from conformance.audit.loader import Options, default_cache_dir
-from conformance.audit.measured import ENGINE
 from conformance.audit.protocol import ProtocolFileError
+from conformance.audit.sites import ENGINE_SITES, VLLM, EngineSites, sites_for, sites_of
 from conformance.audit.tree import AuditPathError
 from conformance.engines.facts import EngineFacts, FactsError, check_version, read_facts
 from conformance.engines.releases import choose_facts
-from conformance.engines.tree import TreeVersion, tree_version
+from conformance.engines.tree import TreeVersion, find_root, tree_version
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,14 +67,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--definition",
         metavar="FILE",
-        help="a .py file holding the CommonAttentionMetadata dataclass, for trees without one",
+        help="a .py file holding the record dataclass (vLLM: CommonAttentionMetadata), for "
+        "trees without one",
     )
     add(
         "--facts",
         metavar="FILE",
         help="judge stubs and construction sites by the facts an engine target measured "
-        "(the facts' vLLM version must be the tree's); a folder (reports/engines): its facts "
-        "of the tree's release, or a note that it has none",
+        "(the facts' engine and version must be the tree's); a folder (reports/engines): its "
+        "facts of the tree's release, or a note that it has none",
+    )
+    add(
+        "--engine",
+        choices=tuple(ENGINE_SITES),
+        help="the engine whose record, builders and layers the tree holds (default: the "
+        "engine of --facts FILE, else the one whose package the first PATH holds, else vllm)",
     )
     add(
         "--jobs",
@@ -123,31 +130,59 @@ def _config(args: argparse.Namespace) -> Config:
     return merge(config, table, "command line")
 
 
-def _facts(args: argparse.Namespace) -> EngineFacts | None:
+def _detected(args: argparse.Namespace) -> EngineSites | None:
+    """The engine whose package the first PATH's tree holds (`tree.find_root`), if any."""
+    for sites in ENGINE_SITES.values() if args.paths else ():
+        if find_root(args.paths[0], sites.engine) is not None:
+            return sites
+    return None
+
+
+def _tree_engine(args: argparse.Namespace) -> EngineSites:
+    """``--engine``, else the engine whose package the first PATH's tree holds, else vLLM."""
+    named = getattr(args, "engine", None)
+    return sites_of(named) if named else (_detected(args) or VLLM)
+
+
+def _facts(args: argparse.Namespace) -> tuple[EngineFacts | None, EngineSites]:
     """The ``--facts`` file (or, for a folder, its file of the tree's release), read, checked
-    and matched to the tree's version."""
+    and matched to the tree's engine and version; and the engine the tree is judged as."""
     path = getattr(args, "facts", None)
+    if path and not os.path.isdir(path):
+        facts = read_facts(path)
+        sites = sites_for(facts, path)
+        named = getattr(args, "engine", None)
+        if named and named != sites.engine:
+            raise FactsError(f"{path}: facts of engine {facts.engine!r}, --engine is {named!r}")
+        detected = None if named else _detected(args)
+        if detected is not None and detected is not sites:
+            raise FactsError(
+                f"{path}: facts of engine {facts.engine!r}, the tree is {detected.engine!r}'s"
+            )
+    else:
+        facts, sites = None, _tree_engine(args)
     if not path:
-        return None
-    tree = tree_version(args.paths[0], ENGINE) if args.paths else TreeVersion(None, None)
+        return None, sites
+    engine = sites.engine
+    tree = tree_version(args.paths[0], engine) if args.paths else TreeVersion(None, None)
     where = f"read from {tree.source}" if tree.source else ""
-    if os.path.isdir(path):
-        choice = choose_facts(Path(path), ENGINE, tree.version, where)
+    if facts is None:
+        choice = choose_facts(Path(path), engine, tree.version, where)
         if choice.path is None:
             print(f"audit: note: {choice.note}", file=sys.stderr)
-            return None
+            return None, sites
         path = os.fspath(choice.path)
-        print(f"audit: judging {ENGINE} {tree.version} ({where}) by {path}", file=sys.stderr)
-    facts = read_facts(path)
+        print(f"audit: judging {engine} {tree.version} ({where}) by {path}", file=sys.stderr)
+        facts = read_facts(path)
     if tree.version is None:
         print(
-            f"audit: note: the tree's {ENGINE} version is unknown (no {ENGINE}/_version.py, "
+            f"audit: note: the tree's {engine} version is unknown (no {engine}/_version.py, "
             f"version.py, PKG-INFO, dist-info or pyproject.toml version); judging it by {path}, "
             f"measured on {facts.engine} {facts.version}",
             file=sys.stderr,
         )
-    check_version(facts, engine=ENGINE, version=tree.version, source=path)
-    return facts
+    check_version(facts, engine=engine, version=tree.version, source=path)
+    return facts, sites
 
 
 def main(args: argparse.Namespace) -> int:
@@ -161,7 +196,7 @@ def main(args: argparse.Namespace) -> int:
     )
     writing = getattr(args, "write_baseline", None)
     try:
-        facts = _facts(args)
+        facts, sites = _facts(args)
         config = _config(args)
         report = run_audit(
             args.paths,
@@ -172,6 +207,7 @@ def main(args: argparse.Namespace) -> int:
             baseline=None if writing else getattr(args, "baseline", None),
             options=Options(jobs=getattr(args, "jobs", 0) or 0, cache_dir=cache),
             facts=facts,
+            sites=sites,
         )
     except (AuditPathError, ProtocolFileError, ConfigError, BaselineError, FactsError) as exc:
         print(f"audit: error: {exc}", file=sys.stderr)
@@ -199,8 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The stand-alone parser of ``python -m conformance.audit.cli``."""
     parser = argparse.ArgumentParser(
         prog="python -m conformance audit",
-        description="Static audit of a source tree: CommonAttentionMetadata construction "
-        "sites and layer stubs.",
+        description="Static audit of a source tree: construction sites of an engine's record "
+        "(vLLM's CommonAttentionMetadata, SGLang's ForwardBatch) and stubs of its layers and "
+        "model runner.",
     )
     add_arguments(parser)
     return parser

@@ -1,18 +1,20 @@
-"""Construction-site audit: every `CommonAttentionMetadata(...)` call of the tree.
+"""Construction-site audit: every construction of the engine's record (vLLM's
+``CommonAttentionMetadata(...)``, SGLang's ``ForwardBatch(...)``; `sites.EngineSites`).
 
-A site is a call whose callee resolves (imports followed) to the tree's
-``CommonAttentionMetadata`` dataclass, or to that name outside the tree; a site whose
-callee resolves to another class of the tree is not one. It is checked against the
-definition it resolves to (else the tree's first), and against the record's *consumers*:
-functions and builder methods taking the record (a ``CommonAttentionMetadata``-annotated
-or ``common_attn_metadata`` parameter) and dereferencing or asserting a field
+A site is a call whose callee resolves (imports followed) to the tree's record dataclass,
+or to that name outside the tree; a site whose callee resolves to another class of the tree
+is not one. It is checked against the definition it resolves to (else the tree's first),
+and against the record's *consumers*: functions and builder methods taking the record (a
+parameter annotated with the record class or named as the engine names it,
+``common_attn_metadata``, ``forward_batch``) and dereferencing or asserting a field
 (`usage.consumer_needs`), also through the helpers they hand it to (`handoffs`). A field
 with a default is needed only when a consumer the site reaches (`reach`) needs it; for a
 run-time choice among a registry's builders, when any candidate the site can pick needs it
 (`choice`); for a decode-only site, not when it is read on the prefill path only. A
 transformation of the record (`transforms`) is judged against the consumers its result
 reaches (`receivers`). A site that reaches no consumer is checked for the required fields
-only (nothing is guessed).
+only (nothing is guessed). Where the engine fills its record after building it (SGLang),
+fields assigned on the local the construction is bound to count as passed.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from conformance.audit.index import Index, Target
 from conformance.audit.measured import Measured, site_kinds
 from conformance.audit.reach import ScopeGraph, definer, reached_from
 from conformance.audit.receivers import transformation_receivers
+from conformance.audit.sites import VLLM, EngineSites
 from conformance.audit.transforms import callers, transformation
-from conformance.audit.usage import CAM_NAME, PREFILL_ONLY
+from conformance.audit.usage import PREFILL_ONLY
 
 
 @dataclass(frozen=True)
 class ConstructionSite:
-    """One `CommonAttentionMetadata(...)` call, bound to its definition."""
+    """One construction of the record, bound to its definition."""
 
     path: str
     relpath: str
@@ -53,7 +56,7 @@ class ConstructionSite:
 
 def _bind(site: dict[str, Any], definition: CamDefinition) -> dict[str, Any]:
     positional = definition.positional[: site["npos"]]
-    passed = [*positional, *site["kw"]]
+    passed = [*positional, *site["kw"], *site.get("later", ())]
     none = [definition.positional[i] for i in site["pos_none"] if i < len(definition.positional)]
     known = set(definition.fields) | set(definition.deprecated)
     return {
@@ -66,16 +69,17 @@ def _bind(site: dict[str, Any], definition: CamDefinition) -> dict[str, Any]:
 
 
 class Definitions:
-    """The tree's `CommonAttentionMetadata` dataclasses, by the class they are on."""
+    """The tree's record dataclasses, by the class they are on."""
 
     def __init__(self, index: Index, override: CamDefinition | None = None) -> None:
         self.index = index
+        self.record = index.sites.record
         self.found: list[tuple[int, Target, CamDefinition]] = []
         for number, facts in index.loaded():
             module = index.names_of[number][0] if index.names_of[number] else ""
             for raw in facts["cam_defs"]:
                 source = f"{index.entries[number].display}:{raw['line']}"
-                target = Target("class", module, CAM_NAME)
+                target = Target("class", module, self.record)
                 self.found.append((number, target, CamDefinition.from_facts(raw, source)))
         core = [f for f in self.found if not index.entries[f[0]].is_support]
         self.primary = override or ((core or self.found)[0][2] if self.found else None)
@@ -84,10 +88,10 @@ class Definitions:
         """The definition a callee resolves to; False when it is not a site at all."""
         target = self.index.resolve_dotted(module, callee)
         if target is None:
-            return self.primary if callee.rsplit(".", 1)[-1] == CAM_NAME else False
+            return self.primary if callee.rsplit(".", 1)[-1] == self.record else False
         if target.kind == "external":
-            return self.primary if target.module.endswith(CAM_NAME) else False
-        if target.kind != "class" or target.name.rsplit(".", 1)[-1] != CAM_NAME:
+            return self.primary if target.module.endswith(self.record) else False
+        if target.kind != "class" or target.name.rsplit(".", 1)[-1] != self.record:
             return False
         number = self.index.modules.get(target.module)
         for found_number, _, definition in self.found:
@@ -99,9 +103,12 @@ class Definitions:
 def consumers(index: Index) -> dict[str, list[str]]:
     """Every consumer of the tree (``Class`` or ``function``) → the fields it needs."""
     table: dict[str, list[str]] = {}
+    entry = index.sites.consumer_method
     for number, facts in index.loaded():
         for module in index.names_of[number][:1]:
             for name, info in facts["classes"].items():
+                if entry and not index.consumes(Target("class", module, name), "cam"):
+                    continue
                 if info["cam"]:  # inherited needs are their base's, listed under the base
                     table[f"{module}.{name}"] = sorted(
                         {_field(f) for v in info["cam"].values() for f in v}
@@ -143,10 +150,10 @@ def iter_sites(
 def audit_sites(index: Index, defs: Definitions, measured: Measured | None = None) -> list[Finding]:
     """The findings of every construction site (noqa is applied by the caller)."""
     findings: list[Finding] = []
-    for number, _, definition, site in iter_sites(index, defs):
+    for number, raw, definition, site in iter_sites(index, defs):
         facts = index.facts(number)
         module = (index.names_of[number] or [""])[0]
-        method = transformation(site.qualname)
+        method = transformation(site.qualname, index.sites)
         seen = measured.dropped(method) if measured and method and callers(index, method) else None
         if seen is not None:  # what the facts saw it drop, that its receivers need
             dropped, reasons = seen
@@ -159,14 +166,15 @@ def audit_sites(index: Index, defs: Definitions, measured: Measured | None = Non
             # a transformation nothing calls is checked for the required fields only
             table, reasons = transformation_receivers(index, method) or ({}, [])
         else:
-            table, reasons = site_needs(index, module, facts, site.qualname, measured)
-        findings += check_site(site, definition, table, index.entries[number], reasons)
+            mode = raw.get("mode")
+            table, reasons = site_needs(index, module, facts, site.qualname, measured, mode)
+        findings += check_site(site, definition, table, index.entries[number], reasons, index.sites)
     return findings
 
 
-def _entry(consumer: str) -> bool:
+def _entry(consumer: str, sites: EngineSites) -> bool:
     """``Builder.build``: named first in messages (the method the engine calls)."""
-    return consumer.split(" (", 1)[0].endswith(".build")
+    return consumer.split(" (", 1)[0].endswith(f".{sites.builder_entry}")
 
 
 def _field(need: str) -> str:
@@ -186,19 +194,26 @@ def site_needs(
     facts: dict[str, Any],
     qualname: str,
     measured: Measured | None = None,
+    mode: str | None = None,
 ) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Consumer method (``Class.method``) → the fields it needs, for the consumers a site in
     `qualname` reaches, and consumer → why it is reached. Fields read on the prefill path only are
-    left out for a decode-only site (`decode_only`)."""
-    decodes = decode_only(facts, qualname)
-    table, reasons = _site_table(index, module, facts, qualname, measured, site_kinds(decodes))
+    left out for a decode-only site (`decode_only`, or one passing a decode `mode` literally);
+    measured needs count on the batch kinds the site builds (its `mode`'s, else any)."""
+    kinds = index.sites.mode_of(mode)
+    if kinds is None:
+        decodes = decode_only(facts, qualname)
+        kinds, because = site_kinds(decodes), "it sets up speculative decoding"
+    else:
+        decodes, because = kinds == ("decode",), f"it passes {index.sites.mode_field}={mode}"
+    table, reasons = _site_table(index, module, facts, qualname, measured, kinds)
     for reason in reasons.values():
         if isinstance(reason, RunTimeChoice):
             reason.decodes = decodes
     if decodes and any(PREFILL_ONLY in f for fields in table.values() for f in fields):
         reasons["*"] = (
-            "its batches are decodes (it sets up speculative decoding), so reads on the "
-            "prefill path only are not required"
+            f"its batches are decodes ({because}), so reads on the prefill path only are not "
+            "required"
         )
     return {
         consumer: [_field(f) for f in fields if not (decodes and PREFILL_ONLY in f)]
@@ -246,12 +261,14 @@ def check_site(
     table: dict[str, list[str]],
     entry: Any,
     reasons: Mapping[str, str] | list[str] | None = None,
+    sites: EngineSites = VLLM,
 ) -> list[Finding]:
     """The findings of one site, given the consumers it reaches and what they need."""
-    where = f"{CAM_NAME}(...) in {site.qualname}"
+    where = f"{sites.record}(...) in {site.qualname}"
     given = set(site.passed)
     by_field: dict[str, str] = {}
-    for consumer, fields in sorted(table.items(), key=lambda kv: (not _entry(kv[0]), kv[0])):
+    ordered = sorted(table.items(), key=lambda kv: (not _entry(kv[0], sites), kv[0]))
+    for consumer, fields in ordered:
         for name in fields:
             if name in definition.fields and name not in definition.required:
                 by_field.setdefault(name, consumer)
@@ -347,6 +364,7 @@ def check_site(
 
 def definition_findings(index: Index, defs: Definitions, first_path: str) -> list[Finding]:
     """CAM005 for every definition but the one used; CAM007 once when there is none."""
+    record = index.sites.record
     if defs.primary is None:
         if not any(facts["sites"] for _, facts in index.loaded()):
             return []
@@ -356,9 +374,9 @@ def definition_findings(index: Index, defs: Definitions, first_path: str) -> lis
                 0,
                 0,
                 "CAM007",
-                f"the audited tree defines no {CAM_NAME} dataclass: construction sites are "
+                f"the audited tree defines no {record} dataclass: construction sites are "
                 "not checked (give --definition FILE, or a PATH holding the definition)",
-                (CAM_NAME,),
+                (record,),
             )
         ]
     findings = []
@@ -373,9 +391,9 @@ def definition_findings(index: Index, defs: Definitions, first_path: str) -> lis
                 line,
                 0,
                 "CAM005",
-                f"another {CAM_NAME} dataclass; sites that resolve to it are checked against "
+                f"another {record} dataclass; sites that resolve to it are checked against "
                 f"it, the others against {defs.primary.source}",
-                (CAM_NAME,),
+                (record,),
                 file=entry.path,
                 relpath=entry.relpath,
             )

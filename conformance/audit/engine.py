@@ -16,33 +16,38 @@ from conformance.audit.loader import DEFAULT_MAX_FILE_SIZE, Options, load_many, 
 from conformance.audit.measured import Measured
 from conformance.audit.protocol import LayerProtocol, ProtocolFileError, load_protocol_file
 from conformance.audit.report import AuditReport
+from conformance.audit.runner_stubs import RunnerStubJudge
+from conformance.audit.sites import VLLM, EngineSites, sites_for
 from conformance.audit.stubs import StubJudge
 from conformance.audit.tree import walk
-from conformance.engines.facts import EngineFacts
+from conformance.engines.facts import EngineFacts, FactsError
 
 AUDITS: tuple[str, ...] = ("construction", "stubs")
 _EMPTY: dict[str, Any] = {"imports": {}, "stars": [], "aliases": {}, "classes": {}}
 
 
 class DefinitionFileError(ProtocolFileError):
-    """A ``--definition`` file without a readable ``CommonAttentionMetadata`` dataclass."""
+    """A ``--definition`` file without a readable dataclass of the engine's record."""
 
 
-def load_definition_file(path: str) -> CamDefinition:
-    """The ``CommonAttentionMetadata`` dataclass of the file at `path`."""
-    _, facts = load_one((path, path, True, DEFAULT_MAX_FILE_SIZE, None))
+def load_definition_file(path: str, sites: EngineSites = VLLM) -> CamDefinition:
+    """The record dataclass (``CommonAttentionMetadata`` for vLLM) of the file at `path`."""
+    _, facts = load_one((path, path, True, DEFAULT_MAX_FILE_SIZE, None, sites.engine))
     if isinstance(facts, Problem):
         raise DefinitionFileError(path, facts.line, f"{facts.name}: {facts.message}")
     if not isinstance(facts, dict) or not facts["cam_defs"]:
-        raise DefinitionFileError(path, 0, "defines no CommonAttentionMetadata dataclass")
+        raise DefinitionFileError(path, 0, f"defines no {sites.record} dataclass")
     raw = facts["cam_defs"][0]
     return CamDefinition.from_facts(raw, f"{path}:{raw['line']}")
 
 
 def build_index(
-    paths: Sequence[str | os.PathLike[str]], config: Config, options: Options
+    paths: Sequence[str | os.PathLike[str]],
+    config: Config,
+    options: Options,
+    sites: EngineSites = VLLM,
 ) -> tuple[Index, list[Problem]]:
-    """Walk `paths` and load every file's facts (the first pass)."""
+    """Walk `paths` and load every file's facts, as `sites` defines them (the first pass)."""
     found = walk(paths, config.exclude)
     cap = config.max_file_size or options.max_file_size
     jobs = [
@@ -52,6 +57,7 @@ def build_index(
             e.relpath.endswith("__init__.py") or e.path == e.root,
             cap,
             options.cache_dir,
+            sites.engine,
         )
         for e in found.files
     ]
@@ -63,7 +69,7 @@ def build_index(
             facts.append(dict(_EMPTY))
         else:
             facts.append(value)
-    return Index(found.files, facts, cap, options.cache_dir), problems
+    return Index(found.files, facts, cap, options.cache_dir, sites), problems
 
 
 def _noqa(index: Index, by_path: dict[str, int], finding: Finding) -> bool:
@@ -88,14 +94,19 @@ def run_audit(
     baseline: str | None = None,
     options: Options | None = None,
     facts: EngineFacts | None = None,
+    sites: EngineSites | None = None,
 ) -> AuditReport:
     """Run `audits` over `paths` and collect one report (docs/audit.md).
 
-    With `facts` (an engine's measured facts), stubs and construction sites are judged by
-    what the real builders were seen to need (`measured`).
+    The tree is an engine's: `sites` (default: the engine of `facts`, else vLLM) names its
+    record, builders and layers. Files are read as the registered sites of that engine
+    (`ENGINE_SITES[sites.engine]`, by name, in worker processes and in the cache); `sites`
+    itself judges them. With `facts` (that engine's measured facts), stubs and construction
+    sites are judged by what the real builders were seen to need (`measured`).
 
     Raises `tree.AuditPathError` for a PATH that cannot be audited, `ProtocolFileError` for
-    a bad protocol or definition file and `baseline.BaselineError` for a bad baseline;
+    a bad protocol or definition file, `baseline.BaselineError` for a bad baseline and
+    `FactsError` for facts of an engine the audit does not know or that is not `sites`';
     named problems of the tree are reported, not raised.
     """
     unknown = sorted(set(audits) - set(AUDITS))
@@ -107,9 +118,16 @@ def run_audit(
     options = options or Options()
     if protocol is None and protocol_file:
         protocol = load_protocol_file(protocol_file)
-    override = load_definition_file(definition_file) if definition_file else None
-    index, problems = build_index(paths, config, options)
+    if sites is None:
+        sites = sites_for(facts) if facts is not None else VLLM
+    elif facts is not None and sites_for(facts).engine != sites.engine:
+        raise FactsError(f"facts of engine {facts.engine!r}, the tree is {sites.engine!r}")
+    override = load_definition_file(definition_file, sites) if definition_file else None
+    index, problems = build_index(paths, config, options, sites)
     measured = Measured(facts, index) if facts is not None else None
+    if facts is not None:
+        members = tuple(sorted({b.cls for b in facts.builders.values() if b.cls}))
+        index.registries = {registry: members for registry in sites.registries}
     raw: list[Finding] = []
     context: dict[str, Any] = {}
     if "construction" in audits:
@@ -132,6 +150,10 @@ def run_audit(
             "judged": judge.judged,
             "reaching_no_builder": judge.unreached,
         }
+        if sites.runner:
+            runners = RunnerStubJudge(index, measured)
+            raw += runners.run()
+            context["stubs"]["runner_stubs_judged"] = runners.judged
     problems += index.late_problems
     kept: list[Finding] = []
     suppressed = 0
@@ -163,4 +185,5 @@ def run_audit(
         known=len(known),
         suppressed=suppressed,
         context=context,
+        sites=sites,
     )

@@ -2,9 +2,10 @@
 
 `extract` turns a parse tree into a small JSON-ready dict (so it can be cached by content
 hash and shipped between processes): the import table, top-level aliases, every class
-(bases, attributes, string members, what its methods read from layers, from
-`CommonAttentionMetadata` parameters and from ``self``), consumer functions, and the
-construction sites, stored stubs and stand-ins of `usage`. The parse tree itself is dropped.
+(bases, attributes, string members, what its methods read from layers, from record
+parameters and from ``self``), consumer functions, and the construction sites, stored stubs
+and stand-ins of `usage`, as one engine's sites (`sites.EngineSites`) define them. The parse
+tree itself is dropped.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import ast
 import re
 from typing import Any
 
-from conformance.audit import flow, handoffs, reach_facts, usage
+from conformance.audit import flow, handoffs, reach_facts, runner_shapes, usage
 from conformance.audit.astutil import constant_str, dotted, iter_scopes, terminal
 from conformance.audit.definition import definition_facts
+from conformance.audit.sites import VLLM, EngineSites
 
-FACTS_VERSION = 15
+FACTS_VERSION = 19
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
@@ -42,7 +44,7 @@ def suppressions(text: str) -> dict[str, list[str]]:
     return table
 
 
-def extract(module: ast.Module, text: str) -> dict[str, Any]:
+def extract(module: ast.Module, text: str, sites: EngineSites = VLLM) -> dict[str, Any]:
     """The facts of one parsed module (see the module docstring)."""
     scopes = list(iter_scopes(module))
     every = [node for scope in scopes for node in scope.nodes]
@@ -67,26 +69,30 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
         "cam_defs": [],
         "transforms": [],
         "passes": [],
+        "runner_stubs": [],
     }
-    cam_names = {usage.CAM_NAME} | {
-        local for local, (_, _, name) in imports.items() if name == usage.CAM_NAME
-    }
-    cam_names |= {a for a, ref in facts["aliases"].items() if ref.endswith(usage.CAM_NAME)}
+    record = sites.record
+    cam_names = {record} | {local for local, (_, _, name) in imports.items() if name == record}
+    cam_names |= {a for a, ref in facts["aliases"].items() if ref.endswith(record)}
     ns_names = {local for local, (_, mod, name) in imports.items() if name == "SimpleNamespace"}
-    wants_cam = usage.CAM_NAME in text or "common_attn_metadata" in text
-    wants_layers = usage.CONTEXT in text or usage.TYPED_LOOKUP in text
+    wants_cam = any(word in text for word in sites.record_mentions)
+    wants_layers = any(w and w in text for w in (sites.layer_context, sites.typed_lookup))
     wants_standins = "__new__" in text
+    runner_words = [r.rsplit(".", 1)[-1] for r in sites.registries]
+    runner_words += [f"{sites.builder_suffix}("] if sites.builder_suffix else []
+    wants_runners = bool(sites.runner) and any(word in text for word in runner_words)
     by_name = {scope.qualname: scope for scope in scopes}
     for scope in scopes:
         if scope.kind == "class":
             facts["classes"][scope.qualname] = _class_facts(
-                scope.node,
+                scope.node,  # type: ignore[arg-type]
                 scope.qualname,
                 by_name,
-                wants_layers,
-                wants_cam,  # type: ignore[arg-type]
+                sites,
+                wants_layers=wants_layers,
+                wants_cam=wants_cam,
             )
-            if scope.node.name == usage.CAM_NAME:  # type: ignore[attr-defined]
+            if scope.node.name == record:  # type: ignore[attr-defined]
                 definition = definition_facts(scope.node)  # type: ignore[arg-type]
                 if definition is not None:
                     facts["cam_defs"].append(definition)
@@ -96,23 +102,25 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
             and wants_cam
             and "." not in scope.qualname.replace(".<locals>.", "")
         ):
-            needs = usage.consumer_needs(scope.node)  # type: ignore[arg-type]
+            needs = usage.consumer_needs(scope.node, sites)  # type: ignore[arg-type]
             if needs is not None:
-                calls = handoffs.record_calls(scope.node)  # type: ignore[arg-type]
+                calls = handoffs.record_calls(scope.node, sites)  # type: ignore[arg-type]
                 facts["functions"][scope.qualname] = {"cam": needs, "calls": calls}
         found = False
         if wants_cam:
             calls, passes = flow.record_value_flows(scope.qualname, scope.nodes)
             facts["transforms"] += calls
             facts["passes"] += passes
-            sites = usage.cam_sites(scope, cam_names)
-            facts["sites"] += sites
-            found = found or bool(sites)
-        if (wants_layers or wants_standins) and usage.may_hold_stubs(scope):
-            stores, standins = usage.stubs_in_scope(scope, ns_names)
+            built = usage.cam_sites(scope, cam_names, sites)
+            facts["sites"] += built
+            found = found or bool(built)
+        if (wants_layers or wants_standins) and usage.may_hold_stubs(scope, sites):
+            stores, standins = usage.stubs_in_scope(scope, ns_names, sites)
             facts["stores"] += stores
             facts["standins"] += standins
             found = found or bool(stores)
+        if wants_runners:
+            facts["runner_stubs"] += runner_shapes.runner_stubs_in_scope(scope, ns_names, sites)
         if found:
             facts["refs"][scope.qualname] = usage.scope_refs(scope)
     if facts["sites"] or facts["stores"]:
@@ -123,7 +131,7 @@ def extract(module: ast.Module, text: str) -> dict[str, Any]:
                 params = reach_facts.parameters(scope.node)
                 if params:
                     facts["params"][scope.qualname] = params
-                if facts["sites"] and reach_facts.configures_speculation(scope.nodes):
+                if facts["sites"] and reach_facts.configures_speculation(scope.nodes, sites):
                     facts["speculative"].append(scope.qualname)
                 patched = reach_facts.patched_methods(scope.nodes)
                 if patched:
@@ -166,7 +174,13 @@ def _aliases(module: ast.Module) -> dict[str, str]:
 
 
 def _class_facts(
-    node: ast.ClassDef, qualname: str, scopes: dict, wants_layers: bool, wants_cam: bool
+    node: ast.ClassDef,
+    qualname: str,
+    scopes: dict,
+    sites: EngineSites,
+    *,
+    wants_layers: bool,
+    wants_cam: bool,
 ) -> dict[str, Any]:
     cattrs: set[str] = set()
     iattrs: set[str] = set()
@@ -182,7 +196,8 @@ def _class_facts(
             cattrs.add(stmt.name)
             dynamic = dynamic or stmt.name in ("__getattr__", "__getattribute__")
             params = [*stmt.args.posonlyargs, *stmt.args.args]
-            self_name = params[0].arg if params else None
+            static = any(terminal(d) == "staticmethod" for d in stmt.decorator_list)
+            self_name = params[0].arg if params and not static else None
             method_scope = scopes.get(f"{qualname}.{stmt.name}")
             info = usage.self_usage(
                 method_scope.nodes if method_scope else [], self_name, stmt.body
@@ -194,14 +209,14 @@ def _class_facts(
             if refs:
                 returns[stmt.name] = refs
             if wants_layers:
-                reads = usage.layer_reads(stmt)
+                reads = usage.layer_reads(stmt, sites)
                 if reads is not None:
                     layer[stmt.name] = reads
             if wants_cam:
-                needs = usage.consumer_needs(stmt)
+                needs = usage.consumer_needs(stmt, sites)
                 if needs is not None:
                     cam[stmt.name] = needs
-                    calls = handoffs.record_calls(stmt)
+                    calls = handoffs.record_calls(stmt, sites)
                     if calls:
                         cam_calls[stmt.name] = calls
         elif isinstance(stmt, ast.ClassDef):
@@ -227,7 +242,8 @@ def _class_facts(
         "cam": cam,
         "cam_calls": cam_calls,
         "attr_types": flow.attribute_types(node) if wants_cam else {},
-        "layer_named": any(terminal(b) == "AttentionLayerBase" for b in node.bases),
+        "layer_named": any(terminal(b) == sites.layer for b in node.bases),
+        "init_params": runner_shapes.init_params(node) if sites.runner else {},
     }
 
 

@@ -17,29 +17,35 @@ SEVERITIES: tuple[str, ...] = (ERROR, WARNING, INFO)
 
 
 @dataclass(frozen=True)
-class Rule:
-    """One rule: its code, default severity and a one-line summary."""
+class AuditRule:
+    """One audit rule: its code, default severity and a one-line summary."""
 
     code: str
     severity: str
     summary: str
+    """``{record}`` and ``{layer}`` stand for the engine's record and layer classes."""
+
+    def summary_for(self, record: str, layer: str) -> str:
+        """The summary for an engine whose record and layer classes are these."""
+        return self.summary.format(record=record, layer=layer)
 
 
-RULES: Mapping[str, Rule] = {
-    r.code: r
-    for r in (
-        Rule("CAM001", ERROR, "construction leaves out a field the definition or a consumer needs"),
-        Rule("CAM002", WARNING, "construction passes a deprecated field"),
-        Rule("CAM003", WARNING, "construction unpacks *args/**kwargs that may hide a needed field"),
-        Rule("CAM004", ERROR, "construction passes an unknown field or too many positionals"),
-        Rule("CAM005", WARNING, "several CommonAttentionMetadata dataclasses in the tree"),
-        Rule("CAM006", WARNING, "a test passes None on purpose for a field a consumer needs"),
-        Rule("CAM007", WARNING, "the tree defines no CommonAttentionMetadata dataclass"),
-        Rule("STUB001", ERROR, "layer stub lacks attributes the builder it reaches reads"),
-        Rule("STUB002", WARNING, "layer stub built with **mapping may lack builder attributes"),
-        Rule("STUB003", INFO, "layer stub is not an AttentionLayerBase subclass"),
-        Rule("STUB004", ERROR, "object.__new__ stand-in lacks attributes its used methods read"),
-    )
+_RULE_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("CAM001", ERROR, "construction leaves out a field the definition or a consumer needs"),
+    ("CAM002", WARNING, "construction passes a deprecated field"),
+    ("CAM003", WARNING, "construction unpacks *args/**kwargs that may hide a needed field"),
+    ("CAM004", ERROR, "construction passes an unknown field or too many positionals"),
+    ("CAM005", WARNING, "several {record} dataclasses in the tree"),
+    ("CAM006", WARNING, "a test passes None on purpose for a field a consumer needs"),
+    ("CAM007", WARNING, "the tree defines no {record} dataclass"),
+    ("STUB001", ERROR, "layer stub lacks attributes the builder it reaches reads"),
+    ("STUB002", WARNING, "layer stub built with **mapping may lack builder attributes"),
+    ("STUB003", INFO, "layer stub is not an {layer} subclass"),
+    ("STUB004", ERROR, "object.__new__ stand-in lacks attributes its used methods read"),
+    ("STUB005", ERROR, "model-runner stub lacks attributes a measured builder requires"),
+)
+RULES: Mapping[str, AuditRule] = {
+    code: AuditRule(code, level, text) for code, level, text in _RULE_ROWS
 }
 
 

@@ -17,20 +17,18 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from conformance.audit.astutil import dotted, parents, terminal
+from conformance.audit.astutil import dotted, parents
 from conformance.audit.conditions import derived_names, unrequired_ids
-from conformance.audit.usage import CAM_NAME, CAM_PARAM_NAMES, PREFILL_ONLY, on_prefill_path
+from conformance.audit.modes import mode_branch_ids
+from conformance.audit.sites import EngineSites
+from conformance.audit.usage import PREFILL_ONLY, on_prefill_path, record_parameters
 
 _DEPTH = 3
 
 
-def record_params(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+def record_params(func: ast.FunctionDef | ast.AsyncFunctionDef, sites: EngineSites) -> set[str]:
     """The names the record goes by in `func`: its parameter, and ``cam = parameter``."""
-    params = {
-        a.arg
-        for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
-        if a.arg in CAM_PARAM_NAMES or terminal(a.annotation) == CAM_NAME
-    }
+    params = record_parameters(func, sites)
     for node in ast.walk(func):
         if (
             params
@@ -44,12 +42,12 @@ def record_params(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     return params
 
 
-def record_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+def record_calls(func: ast.FunctionDef | ast.AsyncFunctionDef, sites: EngineSites) -> list[str]:
     """Dotted callees `func` hands its record to whenever it runs (``name@prefill`` when
     only on the prefill path); one handed the record only sometimes is listed as ``?name``
     (a method of its own class so handed is a helper, not an entry point; a transformed
     record may reach any of them)."""
-    params = record_params(func)
+    params = record_params(func, sites)
     if not params:
         return []
     calls = []
@@ -67,6 +65,8 @@ def record_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     if not calls:
         return []
     lazy = unrequired_ids(func, derived_names(func, params))
+    if sites.mode_field:
+        lazy |= mode_branch_ids(func, sites.mode_field)
     up = parents(func)
     found = set()
     for node, callee in calls:

@@ -15,6 +15,7 @@ from typing import Any
 
 from conformance.audit.handoffs import method_table
 from conformance.audit.loader import load_one
+from conformance.audit.sites import VLLM, EngineSites
 from conformance.audit.tree import FileEntry, module_names
 
 NEUTRAL_BASES = frozenset(
@@ -43,8 +44,18 @@ class Index:
     """The modules of one audit and their facts (extracted lazily when not anchored)."""
 
     def __init__(
-        self, entries: list[FileEntry], facts: list[Any], cap: int, cache_dir: str | None
+        self,
+        entries: list[FileEntry],
+        facts: list[Any],
+        cap: int,
+        cache_dir: str | None,
+        sites: EngineSites = VLLM,
     ) -> None:
+        self.sites = sites
+        """The engine whose record, builders and layers the facts describe."""
+        self.registries: dict[str, tuple[str, ...]] = {}
+        """A registry of the engine (`EngineSites.registries`) → the dotted classes of its
+        members, as measured facts name them (empty without facts)."""
         self.entries = entries
         self._facts: list[Any] = facts
         self._cap = cap
@@ -67,7 +78,8 @@ class Index:
         value = self._facts[number]
         if value is None:
             entry = self.entries[number]
-            _, value = load_one((entry.path, entry.display, True, self._cap, self._cache))
+            job = (entry.path, entry.display, True, self._cap, self._cache, self.sites.engine)
+            _, value = load_one(job)
             if not isinstance(value, dict):
                 self.late_problems.append(value)
                 value = {"imports": {}, "stars": [], "aliases": {}, "classes": {}}
@@ -133,6 +145,19 @@ class Index:
                 if found is not None:
                     return found
         return None
+
+    def qualified(self, module: str, ref: str) -> str:
+        """The absolute dotted name `ref` spells in `module`: its first name through the
+        module's imports, else a name of the module itself."""
+        first, _, rest = ref.partition(".")
+        imported = (self.module_facts(module) or {}).get("imports", {}).get(first)
+        if imported is None:
+            full = f"{module}.{first}"
+        else:
+            level, source, attr = imported
+            base = self.import_base(module, level, source)
+            full = f"{base}.{attr}" if attr else base
+        return f"{full}.{rest}" if rest else full
 
     def import_base(self, module: str, level: int, source: str) -> str:
         """The module ``from <level dots><source> import ...`` in `module` names."""
@@ -312,6 +337,14 @@ class Index:
         self._methods[memo] = result
         return result
 
+    def consumes(self, target: Target, table: str) -> bool:
+        """Whether `target` has `table` facts (builders: ``layer``; consumers: ``cam``); a
+        consumer of the record must have the engine's `EngineSites.consumer_method` where it
+        names one."""
+        methods = self.by_method(target, table)
+        entry = self.sites.consumer_method if table == "cam" else ""
+        return bool(methods) and (not entry or entry in methods)
+
     def method_self(self, target: Target, name: str) -> tuple[dict[str, Any] | None, Target | None]:
         """The `self_usage` facts of method `name` as `target` resolves it (own, then bases)."""
         stack, seen = [target], set()
@@ -327,36 +360,3 @@ class Index:
                 return info["methods"][name], current
             stack += [r for _, r in self.bases(current) if r is not None and r.kind == "class"]
         return None, None
-
-    # ------------------------------------------------------------------ reach
-
-    def reached(self, module: str, refs: list[str], table: str) -> list[Target]:
-        """Classes with `table` facts (builders: ``layer``; consumers: ``cam``) that `refs`
-        reach: named directly, returned by a method of a named class (the backend's
-        ``get_builder_cls``), named by a string member (``Enum.MEMBER``), or every member
-        of a registry enum named whole (``AttentionBackendEnum[name]``)."""
-        found: dict[str, Target] = {}
-        for ref in refs:
-            target = self.resolve_dotted(module, ref)
-            if target is not None and target.kind == "class":
-                self._expand(target, table, found, 0)
-        return list(found.values())
-
-    def _expand(self, target: Target, table: str, found: dict[str, Target], depth: int) -> None:
-        if depth > 3 or target.key in found:
-            return
-        if self.by_method(target, table):
-            found[target.key] = target
-            return
-        info = self.class_facts(target)
-        if info is None:
-            return
-        refs = [(target.module, r) for rs in info["returns"].values() for r in rs]
-        for module, ref in refs:
-            returned = self.resolve_dotted(module, ref)
-            if returned is not None and returned.kind == "class" and returned != target:
-                self._expand(returned, table, found, depth + 1)
-        for member in info["members"].values():  # a registry enum named whole: every member
-            named = self.resolve_absolute(member)
-            if named is not None and named.kind == "class" and named != target:
-                self._expand(named, table, found, depth + 1)

@@ -2,10 +2,11 @@
 
 Each file is ``stat``-ed and size-checked before it is opened (`tree.walk` already refused
 anything that is not a regular file), read up to the size cap, then parsed and reduced to
-its `facts`. A file that mentions none of the audits' anchors (and is not an
-``__init__.py``) is only hashed; its facts are extracted later, in this process, if
-cross-file resolution asks for it. Facts are cached as JSON (never pickle: a cache is data,
-not code) under the cache folder, keyed by the SHA-256 of the content and `FACTS_VERSION`.
+its `facts`, as the engine's sites (`sites.EngineSites`) define them. A file that mentions
+none of the engine's anchors (and is not an ``__init__.py``) is only hashed; its facts are
+extracted later, in this process, if cross-file resolution asks for it. Facts are cached as
+JSON (never pickle: a cache is data, not code) under the cache folder, keyed by the SHA-256
+of the content, the engine and `FACTS_VERSION`.
 """
 
 from __future__ import annotations
@@ -22,15 +23,9 @@ from typing import Any
 
 from conformance.audit.facts import FACTS_VERSION, extract
 from conformance.audit.findings import Problem
+from conformance.audit.sites import VLLM, EngineSites, sites_of
 
 DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
-ANCHORS: tuple[bytes, ...] = (
-    b"CommonAttentionMetadata",
-    b"common_attn_metadata",
-    b"static_forward_context",
-    b"get_layers_from_vllm_config",
-    b"__new__",
-)
 _PARALLEL_FROM = 64
 """Trees with fewer files are read in this process (starting workers costs more)."""
 
@@ -52,25 +47,25 @@ class Options:
     """Worker processes; 0: one per core (at most 8); 1: none."""
 
 
-def _cache_path(cache_dir: str, digest: str) -> str:
-    return os.path.join(cache_dir, digest[:2], f"{digest}.json")
+def _cache_path(cache_dir: str, digest: str, engine: str) -> str:
+    return os.path.join(cache_dir, digest[:2], f"{digest}.{engine}.json")
 
 
-def _cache_get(cache_dir: str | None, digest: str) -> dict[str, Any] | None:
+def _cache_get(cache_dir: str | None, digest: str, engine: str) -> dict[str, Any] | None:
     if cache_dir is None:
         return None
     try:
-        with open(_cache_path(cache_dir, digest), encoding="utf-8") as handle:
+        with open(_cache_path(cache_dir, digest, engine), encoding="utf-8") as handle:
             facts = json.load(handle)
     except (OSError, ValueError):
         return None
     return facts if isinstance(facts, dict) and facts.get("v") == FACTS_VERSION else None
 
 
-def _cache_put(cache_dir: str | None, digest: str, facts: dict[str, Any]) -> None:
+def _cache_put(cache_dir: str | None, digest: str, engine: str, facts: dict[str, Any]) -> None:
     if cache_dir is None:
         return
-    target = _cache_path(cache_dir, digest)
+    target = _cache_path(cache_dir, digest, engine)
     try:
         os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".tmp")
@@ -123,15 +118,15 @@ def check_bytes(data: bytes, display: str) -> str | Problem:
     return text
 
 
-def parse_facts(data: bytes, display: str) -> dict[str, Any] | Problem:
-    """Parse `data` and extract its facts, or the named problem."""
+def parse_facts(data: bytes, display: str, sites: EngineSites = VLLM) -> dict[str, Any] | Problem:
+    """Parse `data` and extract its facts (as `sites` defines them), or the named problem."""
     text = check_bytes(data, display)
     if isinstance(text, Problem):
         return text
     limit = sys.getrecursionlimit()
     try:
         module = ast.parse(data, filename=display)
-        return extract(module, text)
+        return extract(module, text, sites)
     except SyntaxError as exc:
         return Problem(display, exc.lineno or 0, "syntax-error", exc.msg)
     except (RecursionError, MemoryError):
@@ -142,29 +137,32 @@ def parse_facts(data: bytes, display: str) -> dict[str, Any] | Problem:
         sys.setrecursionlimit(limit)
 
 
-def load_one(job: tuple[str, str, bool, int, str | None]) -> tuple[str, Any]:
-    """Worker: ``(path, display, full, cap, cache_dir)`` → (digest, facts | Problem | None).
-    None: not anchored, facts left for later."""
-    path, display, full, cap, cache_dir = job
+Job = tuple[str, str, bool, int, str | None, str]
+"""``(path, display, full, cap, cache_dir, engine)``: one file to load."""
+
+
+def load_one(job: Job) -> tuple[str, Any]:
+    """Worker: one `Job` → (digest, facts | Problem | None). None: none of the engine's
+    anchors, facts left for later."""
+    path, display, full, cap, cache_dir, engine = job
+    sites = sites_of(engine)
     data = read_bytes(path, display, cap)
     if isinstance(data, Problem):
         return "", data
     digest = hashlib.sha256(data).hexdigest()
-    if not full and not any(anchor in data for anchor in ANCHORS):
+    if not full and not any(anchor in data for anchor in sites.anchors):
         checked = check_bytes(data, display)
         return digest, checked if isinstance(checked, Problem) else None
-    cached = _cache_get(cache_dir, digest)
+    cached = _cache_get(cache_dir, digest, engine)
     if cached is not None:
         return digest, cached
-    facts = parse_facts(data, display)
+    facts = parse_facts(data, display, sites)
     if isinstance(facts, dict):
-        _cache_put(cache_dir, digest, facts)
+        _cache_put(cache_dir, digest, engine, facts)
     return digest, facts
 
 
-def load_many(
-    jobs: list[tuple[str, str, bool, int, str | None]], workers: int
-) -> list[tuple[str, Any]]:
+def load_many(jobs: list[Job], workers: int) -> list[tuple[str, Any]]:
     """`load_one` over `jobs`, in `workers` processes when worth it."""
     if workers == 0:
         workers = min(os.cpu_count() or 1, 8)

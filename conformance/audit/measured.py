@@ -23,8 +23,6 @@ from collections.abc import Sequence
 from conformance.audit.index import Index, Target
 from conformance.engines.facts import BATCH_KINDS, BuilderFacts, EngineFacts
 
-ENGINE = "vllm"
-
 
 def short(error: str, limit: int = 90) -> str:
     """One line of a measured error, cut to `limit` characters."""

@@ -11,7 +11,9 @@ those its callers (and their other callees) name, nearest first. A name reaches 
   config class whose parser returns the registry enum reaches nothing);
 * as the backend a registry-enum member names (``AttentionBackendEnum.ROCM_AITER_MLA``);
 * as *every* backend of a registry enum named whole (``AttentionBackendEnum[name]``): the
-  builder is chosen at run time, and each candidate is judged on its own (`choice`).
+  builder is chosen at run time, and each candidate is judged on its own (`choice`);
+* as every member of an engine's registry of builders (SGLang's ``ATTENTION_BACKENDS``,
+  `EngineSites.registries`), keyed by the names measured facts give: chosen at run time too.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from typing import Any
 
 from conformance.audit.index import Index, Target
 
-BUILDER_GETTERS = frozenset({"get_builder_cls"})
 _MAX_HOPS = 4
 
 
@@ -49,14 +50,14 @@ def _expand(
 ) -> None:
     if depth > 3 or target.key in found:
         return
-    if index.by_method(target, table):
+    if index.consumes(target, table):
         found[target.key] = Reached(target, how, None, runtime)
         return
     info = index.class_facts(target)
     if info is None:
         return
     for method, refs in info["returns"].items():
-        if method not in BUILDER_GETTERS:
+        if method not in index.sites.builder_getters:
             continue
         for ref in refs:
             returned = index.resolve_dotted(target.module, ref)
@@ -77,13 +78,21 @@ def from_refs(
     """The classes `refs` (dotted names loaded in `where`) reach."""
     found: dict[str, Reached] = {}
     for ref in refs:
+        members = index.registries.get(index.qualified(module, ref)) if index.registries else None
+        if members is not None:
+            how = f"{ref} named in {where} (any member, chosen at run time)"
+            for member in members:
+                named = index.resolve_absolute(member)
+                if named is not None and named.kind == "class":
+                    _expand(index, named, table, how, found, True, 1)
+            continue
         target = index.resolve_dotted(module, ref)
         if target is None or target.kind != "class":
             continue
         last = ref.rsplit(".", 1)[-1]
         if (
             last != target.name.rsplit(".", 1)[-1]
-            and index.by_method(target, table)
+            and index.consumes(target, table)
             and index.method_self(target, last)[0] is not None
         ):
             key = f"{target.key}.{last}"

@@ -19,6 +19,7 @@ import ast
 from typing import Any
 
 from conformance.audit.astutil import constant_str, dotted, terminal
+from conformance.audit.sites import EngineSites
 from conformance.audit.usage import maximal_refs
 
 _PATCHERS = frozenset({"setattr", "object"})
@@ -72,19 +73,17 @@ def called_methods(nodes: list[ast.AST]) -> list[str]:
     )
 
 
-SPECULATIVE = frozenset({"speculative_config", "SpeculativeConfig", "num_speculative_tokens"})
-
-
-def configures_speculation(nodes: list[ast.AST]) -> bool:
-    """Whether a scope names speculative decoding (``cfg.speculative_config = ...``,
-    ``SpeculativeConfig(...)``, ``num_speculative_tokens=k``): its batches are verification
-    batches, decodes of ``1 + k`` tokens."""
+def configures_speculation(nodes: list[ast.AST], sites: EngineSites) -> bool:
+    """Whether a scope names speculative decoding as the engine does (vLLM:
+    ``cfg.speculative_config = ...``, ``SpeculativeConfig(...)``, ``num_speculative_tokens=k``):
+    its batches are verification batches, decodes of ``1 + k`` tokens."""
+    names = sites.speculative
     for node in nodes:
-        if isinstance(node, ast.Attribute) and node.attr in SPECULATIVE:
+        if isinstance(node, ast.Attribute) and node.attr in names:
             return True
-        if isinstance(node, ast.Name) and node.id in SPECULATIVE:
+        if isinstance(node, ast.Name) and node.id in names:
             return True
-        if isinstance(node, ast.keyword) and node.arg in SPECULATIVE:
+        if isinstance(node, ast.keyword) and node.arg in names:
             return True
     return False
 

@@ -21,7 +21,7 @@ from conformance.audit.handoffs import _function
 from conformance.audit.index import Index, Target
 from conformance.audit.measured import Measured
 from conformance.audit.reach import ancestors
-from conformance.audit.usage import CAM_NAME, PREFILL_ONLY
+from conformance.audit.usage import PREFILL_ONLY
 from conformance.engines.facts import BATCH_KINDS
 
 _DEPTH = 4
@@ -150,7 +150,7 @@ def transformation_receivers(
         f" and {len(called_in) - 2} more" if len(called_in) > 2 else ""
     )
     reason = (
-        f"{CAM_NAME}.{method}() is a transformation of the record, called in {shown}; "
+        f"{index.sites.record}.{method}() is a transformation of the record, called in {shown}; "
         "its result reaches the consumer named"
     )
     return table, [reason]

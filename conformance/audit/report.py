@@ -14,6 +14,7 @@ from typing import Any
 
 from conformance.audit.baseline import fingerprint
 from conformance.audit.findings import RULES, SEVERITIES, Finding, Problem
+from conformance.audit.sites import VLLM, EngineSites
 
 SCHEMA_VERSION = 2
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -38,6 +39,8 @@ class AuditReport:
     """Findings silenced by ``# noqa``."""
     context: dict[str, Any] = field(default_factory=dict)
     """Provenance: definition, builders, consumers, configuration."""
+    sites: EngineSites = VLLM
+    """The engine the tree was judged as: its rules are the ones SARIF lists."""
 
     @property
     def errors(self) -> list[Problem]:
@@ -104,16 +107,17 @@ class AuditReport:
     def to_sarif(self) -> str:
         """The report as a SARIF 2.1.0 log (one run; problems as tool notifications)."""
         here = os.getcwd()
+        sites = self.sites
         rules = [
             {
                 "id": rule.code,
-                "shortDescription": {"text": rule.summary},
+                "shortDescription": {"text": rule.summary_for(sites.record, sites.layer)},
                 "defaultConfiguration": {"level": _SARIF_LEVEL[rule.severity]},
                 "helpUri": "docs/audit.md",
             }
-            for rule in RULES.values()
+            for rule in (RULES[code] for code in sites.rules)
         ]
-        index = {code: n for n, code in enumerate(RULES)}
+        index = {code: n for n, code in enumerate(sites.rules)}
         results = [
             {
                 "ruleId": f.code,

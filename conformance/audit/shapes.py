@@ -1,5 +1,5 @@
-"""Stub shapes of one scope: values stored into a ``static_forward_context``, and
-``object.__new__`` stand-ins, as JSON-ready facts.
+"""Stub shapes of one scope: values stored into the engine's layer context (vLLM's
+``static_forward_context``), and ``object.__new__`` stand-ins, as JSON-ready facts.
 
 A stored value is read when it is ``SimpleNamespace(...)`` (keywords), a dict literal or
 ``dict(...)`` (string keys), ``Cls(...)`` (kind ``instance``: the index decides whether
@@ -7,6 +7,7 @@ A stored value is read when it is ``SimpleNamespace(...)`` (keywords), a dict li
 local name bound to one of those; attributes set on that name later in the scope count.
 Stores: ``ctx[k] = X``, ``ctx = {k: X}``, ``ctx.update(...)``, ``ctx.setdefault(k, X)``, a
 ``static_forward_context={k: X}`` keyword, and the same through a local alias of ``ctx``.
+`read_shape` reads one value the same way (SGLang's model-runner stubs).
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from conformance.audit.astutil import Scope, constant_str, dotted, terminal
+from conformance.audit.sites import EngineSites
 
-CONTEXT = "static_forward_context"
 _DEPTH = 4
 
 
-class _Facts:
+class ScopeValues:
     """Local bindings and attribute stores of one scope."""
 
-    def __init__(self, scope: Scope, ns_names: set[str]) -> None:
+    def __init__(self, scope: Scope, ns_names: set[str], context: str = "") -> None:
+        self.context = context
+        """The layer context's name (``static_forward_context``); "": the engine has none."""
         self.ns_names = ns_names | {"SimpleNamespace"}
         self.bindings: dict[str, list[tuple[int, ast.expr]]] = {}
         self.sets: dict[str, list[tuple[int, str, ast.expr | None]]] = {}
@@ -55,11 +58,11 @@ class _Facts:
             ):
                 self.dynamic.add(node.func.value.value.id)
         for name, values in self.bindings.items():
-            if any(_names_context(v) for _, v in values):
+            if any(self.names_context(v) for _, v in values):
                 self.ctx.add(name)
         for node in scope.nodes:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
-                if any(_names_context(t) for t in node.targets):
+                if any(self.names_context(t) for t in node.targets):
                     self.ctx.add(node.value.id)
 
     def _note(self, target: ast.AST, value: ast.expr | None, line: int) -> None:
@@ -78,8 +81,13 @@ class _Facts:
         before = [b for b in values if b[0] <= line]
         return before[-1] if before else values[0]
 
+    def names_context(self, node: ast.AST) -> bool:
+        """Whether `node` is a name ending with the layer context's."""
+        text = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+        return bool(self.context) and text is not None and text.endswith(self.context)
+
     def is_context(self, node: ast.AST) -> bool:
-        return (isinstance(node, ast.Name) and node.id in self.ctx) or _names_context(node)
+        return (isinstance(node, ast.Name) and node.id in self.ctx) or self.names_context(node)
 
     def read(self, expr: ast.AST, line: int, depth: int = 0) -> dict[str, Any] | None:
         """The shape `expr` evaluates to, or None when the audit cannot read it."""
@@ -167,11 +175,6 @@ def _shape(kind: str, label: str, node: ast.AST, cls: str | None) -> dict[str, A
     }
 
 
-def _names_context(node: ast.AST) -> bool:
-    text = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
-    return text is not None and text.endswith(CONTEXT)
-
-
 def standin_class(call: ast.Call) -> str | None:
     """``Cls`` (dotted) for ``object.__new__(Cls)`` or ``Cls.__new__(Cls)``, else None."""
     func = call.func
@@ -183,14 +186,14 @@ def standin_class(call: ast.Call) -> str | None:
     return cls if owner in ("object", cls) else None
 
 
-def _stored(node: ast.AST, facts: _Facts) -> Iterator[tuple[ast.expr, bool]]:
+def _stored(node: ast.AST, facts: ScopeValues) -> Iterator[tuple[ast.expr, bool]]:
     """(value, whether it may be the first layer of the context) for each stored value."""
     if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for target in targets:
             if isinstance(target, ast.Subscript) and facts.is_context(target.value):
                 yield node.value, True
-            elif _names_context(target):
+            elif facts.names_context(target):
                 yield from _values(node.value, facts, node.lineno)
     elif isinstance(node, ast.Call):
         func = node.func
@@ -202,7 +205,7 @@ def _stored(node: ast.AST, facts: _Facts) -> Iterator[tuple[ast.expr, bool]]:
             elif func.attr == "setdefault" and len(node.args) == 2:
                 yield node.args[1], True
         for keyword in node.keywords:
-            if keyword.arg and keyword.arg.endswith(CONTEXT):
+            if facts.context and keyword.arg and keyword.arg.endswith(facts.context):
                 yield from _values(keyword.value, facts, node.lineno)
 
 
@@ -212,7 +215,7 @@ def _firsts(values: Iterator[ast.expr]) -> Iterator[tuple[ast.expr, bool]]:
 
 
 def _values(
-    node: ast.AST, facts: _Facts, line: int, depth: int = 0
+    node: ast.AST, facts: ScopeValues, line: int, depth: int = 0
 ) -> Iterator[tuple[ast.expr, bool]]:
     if isinstance(node, ast.Dict):
         yield from _firsts(v for k, v in zip(node.keys, node.values, strict=True) if k is not None)
@@ -222,14 +225,16 @@ def _values(
             yield from _values(arg, facts, line, depth + 1)
     elif isinstance(node, ast.Name) and depth < _DEPTH:
         bound = facts.binding(node.id, line)
-        if bound is not None and not _names_context(bound[1]):
+        if bound is not None and not facts.names_context(bound[1]):
             yield from _values(bound[1], facts, bound[0], depth + 1)
 
 
-def stubs_in_scope(scope: Scope, ns_names: set[str]) -> tuple[list[dict], list[dict]]:
+def stubs_in_scope(
+    scope: Scope, ns_names: set[str], sites: EngineSites
+) -> tuple[list[dict], list[dict]]:
     """(stored stubs, stand-ins) of `scope`; each stub carries ``q`` (the scope) and
     ``store`` / ``store_end`` (the storing statement's lines)."""
-    facts = _Facts(scope, ns_names)
+    facts = ScopeValues(scope, ns_names, sites.layer_context)
     stores: list[dict] = []
     for node in scope.nodes:
         for value, first in _stored(node, facts):
@@ -265,7 +270,7 @@ def _raising_blocks(nodes: list[ast.AST]) -> set[int]:
     return found
 
 
-def _standin(node: ast.Call, cls: str, var: str | None, scope: Scope, facts: _Facts) -> dict:
+def _standin(node: ast.Call, cls: str, var: str | None, scope: Scope, facts: ScopeValues) -> dict:
     record = _shape("standin", f"object.__new__({cls.rsplit('.', 1)[-1]})", node, cls)
     record.update(q=scope.qualname, var=var, calls=[], reads=[], init=False)
     if var is None:

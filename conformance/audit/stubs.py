@@ -1,7 +1,8 @@
 """Stub audit: layer stubs judged against the builders they reach; ``object.__new__``
 stand-ins judged against the methods used on them.
 
-*Layer stubs* are values stored into a ``static_forward_context`` (`shapes`):
+*Layer stubs* are values stored into the engine's layer context (`shapes`; vLLM's
+``static_forward_context``; an engine without one, SGLang, has none):
 ``SimpleNamespace``/dict stubs, instances of ad-hoc classes (defined in test or benchmark
 code, or in the storing file) and ``object.__new__`` stand-ins of tree classes. An instance
 of a core class of the tree (the real layer) or of a class outside it is the real thing;
@@ -32,8 +33,6 @@ from conformance.audit.index import Index, Target
 from conformance.audit.measured import Measured
 from conformance.audit.protocol import LayerProtocol
 from conformance.audit.reach import ScopeGraph, ancestors, definer, reached_from
-
-LAYER_BASE = "AttentionLayerBase"
 
 
 def _tree(paths: set[str]) -> dict[str, dict]:
@@ -117,7 +116,8 @@ class StubJudge:
         instance = shape["kind"] == "instance"
         if instance and not (support or defined_in == number):
             return None  # the real layer
-        if not instance and not support and not self.index.is_subclass(target, LAYER_BASE):
+        layer = self.index.sites.layer
+        if not instance and not support and not self.index.is_subclass(target, layer):
             return None  # a non-attention layer of the engine
         attrs, unknown = self.index.attributes(target, instance=instance)
         return target, attrs | set(shape["attrs"]), unknown
@@ -235,7 +235,8 @@ class StubJudge:
             return []
         self.judged += 1
         needs, why = needed
-        stored = "stored in static_forward_context"
+        sites = self.index.sites
+        stored = f"stored in {sites.layer_context}"
         if shape["store"] != shape["line"]:
             stored += f" at line {shape['store']}"
         where = f"layer stub {shape['label']} {stored} in {shape['q']}"
@@ -276,15 +277,16 @@ class StubJudge:
                         missing,
                     )
                 )
-        if unknown is None and (target is None or not self.index.is_subclass(target, LAYER_BASE)):
+        layer = sites.layer
+        if unknown is None and (target is None or not self.index.is_subclass(target, layer)):
             findings.append(
                 self._finding(
                     number,
                     shape,
                     "STUB003",
-                    f"{where} is not an {LAYER_BASE} subclass: type-filtered layer lookups "
-                    "(get_layers_from_vllm_config) skip it silently",
-                    [LAYER_BASE],
+                    f"{where} is not an {layer} subclass: type-filtered layer lookups "
+                    f"({sites.typed_lookup}) skip it silently",
+                    [layer],
                 )
             )
         return findings

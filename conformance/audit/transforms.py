@@ -1,19 +1,20 @@
-"""Transformations of the record: methods of ``CommonAttentionMetadata`` that rebuild it
-(``unpadded()``, a slicing helper). A field such a rebuild leaves out is lost for whoever
-receives the new record, so a transformation the tree calls is judged against the consumers
-its result reaches (`receivers`); an uncalled one is checked for the required fields only.
+"""Transformations of the record: methods of the record class (vLLM's
+``CommonAttentionMetadata``) that rebuild it (``unpadded()``, a slicing helper). A field
+such a rebuild leaves out is lost for whoever receives the new record, so a transformation
+the tree calls is judged against the consumers its result reaches (`receivers`); an
+uncalled one is checked for the required fields only.
 """
 
 from __future__ import annotations
 
 from conformance.audit.index import Index
-from conformance.audit.usage import CAM_NAME
+from conformance.audit.sites import EngineSites
 
 
-def transformation(qualname: str) -> str | None:
+def transformation(qualname: str, sites: EngineSites) -> str | None:
     """The method name when `qualname` is a method of the record class itself."""
     head, _, rest = qualname.partition(".")
-    return rest.split(".", 1)[0] if head == CAM_NAME and rest else None
+    return rest.split(".", 1)[0] if head == sites.record and rest else None
 
 
 def callers(index: Index, method: str) -> list[str]:

@@ -1,11 +1,11 @@
 """What one function does that the audits care about, as JSON-ready facts.
 
-* `layer_reads`: the attributes a builder method reads from layer objects taken out of a
-  ``static_forward_context`` (directly, or through ``get_layers_from_vllm_config(cfg, Type)``,
-  which only yields instances of ``Type``); reads under a branch that inspects the layer
-  (``isinstance``, ``hasattr``, ``is None``) and ``getattr(layer, name, default)`` are not
-  requirements.
-* `consumer_needs`: the `CommonAttentionMetadata` fields a function taking the record
+* `layer_reads`: the attributes a builder method reads from layer objects taken out of the
+  engine's layer context (vLLM's ``static_forward_context``, directly or through
+  ``get_layers_from_vllm_config(cfg, Type)``, which only yields instances of ``Type``);
+  reads under a branch that inspects the layer (``isinstance``, ``hasattr``, ``is None``)
+  and ``getattr(layer, name, default)`` are not requirements.
+* `consumer_needs`: the record fields (`EngineSites.record`) a function taking the record
   dereferences or asserts (``cam.f.x``, ``cam.f[i]``, ``cam.f + 1``, ``assert cam.f is not
   None``, also through ``v = cam.f``) outside a branch that tests that field for ``None``.
 * `self_usage`: what a method sets on, reads from and calls on ``self``.
@@ -19,8 +19,11 @@ from typing import Any
 
 from conformance.audit.astutil import Scope, dotted, guards, parents, terminal
 from conformance.audit.conditions import derived_names, none_fallbacks, unrequired_ids
+from conformance.audit.filled import later_fields, mode_member
+from conformance.audit.modes import mode_branch_ids
 from conformance.audit.selfuse import self_usage
 from conformance.audit.shapes import stubs_in_scope
+from conformance.audit.sites import EngineSites
 
 __all__ = [
     "cam_sites",
@@ -31,15 +34,20 @@ __all__ = [
     "stubs_in_scope",
 ]
 
-CAM_NAME = "CommonAttentionMetadata"
-CONTEXT = "static_forward_context"
-TYPED_LOOKUP = "get_layers_from_vllm_config"
-CAM_PARAM_NAMES = frozenset({"common_attn_metadata", "common_metadata"})
 
-
-def _is_context(node: ast.AST, ctx_names: set[str]) -> bool:
+def _is_context(node: ast.AST, ctx_names: set[str], context: str) -> bool:
     text = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
-    return text is not None and (text.endswith(CONTEXT) or text in ctx_names)
+    return text is not None and (text.endswith(context) or text in ctx_names)
+
+
+def record_parameters(func: ast.FunctionDef | ast.AsyncFunctionDef, sites: EngineSites) -> set[str]:
+    """`func`'s parameters that hold the record: named as the engine names it, or annotated
+    with the record class."""
+    return {
+        a.arg
+        for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
+        if a.arg in sites.record_params or terminal(a.annotation) == sites.record
+    }
 
 
 def _first_layer(node: ast.AST) -> bool:
@@ -52,13 +60,18 @@ def _first_layer(node: ast.AST) -> bool:
     )
 
 
-def layer_reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list[Any]] | None:
+def layer_reads(
+    func: ast.FunctionDef | ast.AsyncFunctionDef, sites: EngineSites
+) -> list[list[Any]] | None:
     """``[[attr_path, type_filter_or_None, "first"|"every"], ...]`` read from layers in
     `func` (``first``: read from ``ctx[layer_names[0]]`` only); None when `func` takes no
-    layer out of a context at all. Reads behind a condition not about the layers, or
-    deferred (`conditions`), are left out."""
+    layer out of a context at all (or the engine has none). Reads behind a condition not
+    about the layers, or deferred (`conditions`), are left out."""
+    context, lookup = sites.layer_context, sites.typed_lookup
+    if not context:
+        return None
     params = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
-    ctx_names = {a.arg for a in params if a.arg.endswith(CONTEXT)}
+    ctx_names = {a.arg for a in params if a.arg.endswith(context)}
     typed: dict[str, str | None] = {}  # name of a get_layers_from_vllm_config result → type
     layers: dict[str, str | None] = {}  # layer variable → type filter (None: any object)
     firsts: set[str] = set()  # layer variables bound to the first layer only
@@ -67,9 +80,9 @@ def layer_reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list[Any]]
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
             if isinstance(target, ast.Name):
-                if _is_context(value, ctx_names):
+                if _is_context(value, ctx_names, context):
                     ctx_names.add(target.id)
-                elif isinstance(value, ast.Call) and terminal(value.func) == TYPED_LOOKUP:
+                elif lookup and isinstance(value, ast.Call) and terminal(value.func) == lookup:
                     kind = value.args[1] if len(value.args) > 1 else None
                     kind = kind or next(
                         (k.value for k in value.keywords if k.arg == "layer_type"), None
@@ -84,7 +97,7 @@ def layer_reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list[Any]]
             source, targets = node.iter, [node.target]
         else:
             continue
-        kind = _layer_source(source, ctx_names, typed)
+        kind = _layer_source(source, ctx_names, typed, context)
         if kind is False:
             continue
         touched = True
@@ -99,7 +112,7 @@ def layer_reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list[Any]]
                     firsts.discard(target.id)
     seed = ctx_names | set(layers) | set(typed) | {a.arg for a in params if "layer" in a.arg}
     if not touched and not any(
-        isinstance(n, ast.Subscript) and _is_context(n.value, ctx_names) for n in nodes
+        isinstance(n, ast.Subscript) and _is_context(n.value, ctx_names, context) for n in nodes
     ):
         return None
     lazy = unrequired_ids(func, derived_names(func, seed))
@@ -124,7 +137,7 @@ def layer_reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list[Any]]
             inspected = branch.get(id(node), set())
             if base.id in inspected or f"{base.id}.{node.attr}" in inspected:
                 continue
-        elif isinstance(base, ast.Subscript) and _is_context(base.value, ctx_names):
+        elif isinstance(base, ast.Subscript) and _is_context(base.value, ctx_names, context):
             kind, touched = None, True
             scope = "first" if _first_layer(base) else "every"
         else:
@@ -139,35 +152,34 @@ def layer_reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list[Any]]
     return [list(r) for r in sorted(reads, key=lambda r: (r[0], r[1] or "", r[2]))]
 
 
-def _layer_source(node: ast.AST, ctx: set[str], typed: dict[str, str | None]) -> Any:
+def _layer_source(node: ast.AST, ctx: set[str], typed: dict[str, str | None], context: str) -> Any:
     """The type filter (None for any) if `node` yields layers, else False."""
     if isinstance(node, ast.Subscript):
-        if _is_context(node.value, ctx):
+        if _is_context(node.value, ctx, context):
             return None
         if isinstance(node.value, ast.Name) and node.value.id in typed:
             return typed[node.value.id]
     if isinstance(node, ast.Call):
         func = node.func
         if terminal(func) in ("next", "iter", "list", "tuple") and node.args:
-            return _layer_source(node.args[0], ctx, typed)
+            return _layer_source(node.args[0], ctx, typed, context)
         if isinstance(func, ast.Attribute) and func.attr in ("values", "items", "get"):
-            if _is_context(func.value, ctx):
+            if _is_context(func.value, ctx, context):
                 return None
             if isinstance(func.value, ast.Name) and func.value.id in typed:
                 return typed[func.value.id]
     return False
 
 
-def consumer_needs(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str] | None:
-    """Fields `func` requires of its `CommonAttentionMetadata` parameter (module
-    docstring); None when it has no such parameter. A field read only on the prefill path
-    (under a branch testing a ``*prefill*`` name, ``if num_prefills > 0:``) is listed as
-    ``field@prefill``: decode-only batches do not need it."""
-    params = {
-        a.arg
-        for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
-        if a.arg in CAM_PARAM_NAMES or terminal(a.annotation) == CAM_NAME
-    }
+def consumer_needs(
+    func: ast.FunctionDef | ast.AsyncFunctionDef, sites: EngineSites
+) -> list[str] | None:
+    """Fields `func` requires of its record parameter (module docstring); None when it has
+    no such parameter. A field read only on the prefill path (under a branch testing a
+    ``*prefill*`` name, ``if num_prefills > 0:``) is listed as ``field@prefill``:
+    decode-only batches do not need it. A read on some of the batch's modes only (`modes`)
+    is no requirement."""
+    params = record_parameters(func, sites)
     if not params:
         return None
     for node in ast.walk(func):  # ``cam = common_attn_metadata``: another name for it
@@ -213,6 +225,8 @@ def consumer_needs(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str] | 
             continue
         if lazy is None:  # computed only for functions that dereference the record
             lazy = unrequired_ids(func, derived_names(func, params))
+            if sites.mode_field:
+                lazy |= mode_branch_ids(func, sites.mode_field)
         if id(node) not in lazy:
             needs[field] = needs.get(field, True) and on_prefill_path(node, up)
     return sorted(f"{f}{PREFILL_ONLY}" if only else f for f, only in needs.items())
@@ -255,14 +269,16 @@ def _dereferenced(node: ast.AST, up: dict[int, ast.AST]) -> bool:
     return False
 
 
-def cam_sites(scope: Scope, cam_names: set[str]) -> list[dict[str, Any]]:
-    """Calls of `CommonAttentionMetadata` (by name, alias or attribute) in `scope`."""
-    sites = []
+def cam_sites(scope: Scope, cam_names: set[str], sites: EngineSites) -> list[dict[str, Any]]:
+    """Calls of the record class (by name, alias or attribute) in `scope`; for an engine that
+    fills its record later, with the fields it sets afterwards and its literal mode
+    (`filled`)."""
+    found = []
     for node in scope.nodes:
         if not isinstance(node, ast.Call):
             continue
         callee = dotted(node.func)
-        if callee is None or not (callee.rsplit(".", 1)[-1] == CAM_NAME or callee in cam_names):
+        if callee is None or not (callee.rsplit(".", 1)[-1] == sites.record or callee in cam_names):
             continue
         site: dict[str, Any] = {
             "line": node.lineno,
@@ -292,8 +308,12 @@ def cam_sites(scope: Scope, cam_names: set[str]) -> list[dict[str, Any]]:
                 site["kw"].append(name)
                 if isinstance(value, ast.Constant) and value.value is None:
                     site["kw_none"].append(name)
-        sites.append(site)
-    return sites
+        if sites.filled_later:
+            site["later"] = later_fields(scope, node)
+        if sites.mode_field:
+            site["mode"] = mode_member(node, sites.mode_field)
+        found.append(site)
+    return found
 
 
 def _literal_items(node: ast.AST) -> list[tuple[str, ast.expr]] | None:
@@ -308,16 +328,18 @@ def _literal_items(node: ast.AST) -> list[tuple[str, ast.expr]] | None:
     return None
 
 
-def may_hold_stubs(scope: Scope) -> bool:
-    """Whether `scope` names a context or calls ``__new__`` (cheap gate before `shapes`)."""
+def may_hold_stubs(scope: Scope, sites: EngineSites) -> bool:
+    """Whether `scope` names a layer context or calls ``__new__`` (cheap gate before
+    `shapes`)."""
+    context = sites.layer_context or "__new__"
     for node in scope.nodes:
         if isinstance(node, ast.Attribute):
-            if node.attr == "__new__" or node.attr.endswith(CONTEXT):
+            if node.attr == "__new__" or node.attr.endswith(context):
                 return True
         elif isinstance(node, ast.Name):
-            if node.id.endswith(CONTEXT):
+            if node.id.endswith(context):
                 return True
-        elif isinstance(node, ast.keyword) and node.arg and node.arg.endswith(CONTEXT):
+        elif isinstance(node, ast.keyword) and node.arg and node.arg.endswith(context):
             return True
     return False
 

@@ -50,7 +50,7 @@ class EngineOptions:
 
 def usage(target: EngineTarget) -> str:
     """What ``nox -s <name> -- --help`` prints (before anything is installed)."""
-    name = target.name
+    name = target.option
     return "\n".join(
         [
             f"usage: nox -s {name} -- [--{name}-version X | --{name}-from-interpreter]"
@@ -92,11 +92,11 @@ def parse_options(target: EngineTarget, posargs: Sequence[str]) -> EngineOptions
     while args:
         arg = args.pop(0)
         key, _, value = arg.partition("=")
-        if key in (f"--{target.name}-version", "--tree", "--pin") and not value:
+        if key in (f"--{target.option}-version", "--tree", "--pin") and not value:
             if not args:
                 raise EngineUsageError(f"{key} needs a value")
             value = args.pop(0)
-        if key == f"--{target.name}-version":
+        if key == f"--{target.option}-version":
             version, given = value, True
         elif key == "--tree":
             tree = _tree(target, value)
@@ -104,17 +104,17 @@ def parse_options(target: EngineTarget, posargs: Sequence[str]) -> EngineOptions
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+", value):
                 raise EngineUsageError(f"--pin {value!r}: expected NAME==VERSION")
             pins.append(value)
-        elif arg == f"--{target.name}-from-interpreter":
+        elif arg == f"--{target.option}-from-interpreter":
             from_interpreter = True
         elif arg in ("-h", "--help"):
             return EngineOptions(version, from_interpreter, tree, (), show_usage=True)
         else:
             rest.append(arg)
     if (given or not from_interpreter) and not re.fullmatch(r"\d+(\.\d+)*([a-z0-9.+-]*)", version):
-        raise EngineUsageError(f"--{target.name}-version {version!r}: not a release number")
+        raise EngineUsageError(f"--{target.option}-version {version!r}: not a release number")
     if from_interpreter and pins:
         raise EngineUsageError(
-            f"--pin with --{target.name}-from-interpreter: nothing is installed to pin"
+            f"--pin with --{target.option}-from-interpreter: nothing is installed to pin"
         )
     return EngineOptions(
         version, from_interpreter, tree, tuple(rest), pins=tuple(pins), version_given=given
@@ -125,8 +125,8 @@ def check_interpreter_version(target: EngineTarget, options: EngineOptions, foun
     """Refuse a ``--<name>-version`` that is not the interpreter's own release."""
     if options.version_given and found != options.version:
         raise EngineUsageError(
-            f"--{target.name}-version {options.version} conflicts with "
-            f"--{target.name}-from-interpreter: the interpreter's {target.name} is {found}"
+            f"--{target.option}-version {options.version} conflicts with "
+            f"--{target.option}-from-interpreter: the interpreter's {target.name} is {found}"
         )
 
 

@@ -68,17 +68,17 @@ def write_sidecar(
     pins: Sequence[str] = (),
 ) -> None:
     """The run's ``.meta.json``: provenance naming the engine release and the builders run."""
-    builders: dict[str, Any] = {}
+    facts: dict[str, Any] = {}
     if facts_file.exists():
         facts = json.loads(facts_file.read_text(encoding="utf-8"))
-        builders = {n: b["status"] for n, b in facts.get("builders", {}).items()}
     machine = machine_facts(target.name, Path.cwd())
     run = EngineRun(
         version=version,
-        builders=builders,
+        builders={n: b["status"] for n, b in facts.get("builders", {}).items()},
         pins_replaced=list(pins),
         facts=facts_file.as_posix(),
         counts=junit_counts(junit),
+        stood_in=facts.get("stood_in"),
     )
     record = RunRecord(
         backend=target.name,

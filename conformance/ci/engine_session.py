@@ -54,6 +54,31 @@ REPORTS = Path("reports")
 JUNIT_DIR = REPORTS / "junit"
 FACTS_DIR = REPORTS / "engines"
 FACTS_ENV = "MLA_ENGINE_FACTS"
+SUITE_PACKAGES = ("backends", "kernels", "conformance", "benchmarks")
+"""The suite's top-level packages: run from its checkout, they shadow any installed
+distribution of the same import name (Hugging Face's ``kernels``, which transformers then
+imports from the suite's folder)."""
+PROBE = (
+    "import importlib, sys\n"
+    "for name in {modules!r}:\n"
+    "    try:\n"
+    "        importlib.import_module(name)\n"
+    "    except Exception as error:\n"
+    "        print(f'{{name}} does not import: {{type(error).__name__}}: {{error}}')\n"
+    "        sys.exit(1)\n"
+)
+"""The probe: the first module of ``modules`` that does not import is the reason."""
+SHADOW_CHECK = (
+    "import importlib.metadata, sys\n"
+    f"for name in {SUITE_PACKAGES!r}:\n"
+    "    try:\n"
+    "        found = importlib.metadata.distribution(name)\n"
+    "    except importlib.metadata.PackageNotFoundError:\n"
+    "        continue\n"
+    "    print(f'the environment has the distribution {name} {found.version}, which the "
+    "suite\\'s own {name}/ package shadows (a library importing it gets the suite\\'s); "
+    "uninstall it there (docs/engines.md)'); sys.exit(1)\n"
+)
 
 
 def _stream(command: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str]:
@@ -174,6 +199,14 @@ def make_environment(
         reason = target.supports(options.version)
         if reason:
             raise EngineSessionError(reason)
+        if target.whole_install:
+            log(f"step 1/1: {target.distribution}=={options.version} with its dependencies")
+            tool.install(
+                f"{target.distribution}=={options.version}",
+                *target.suite,
+                what=f"{target.distribution} {options.version} and its GPU stack",
+            )
+            return _installed_version(python, target, options, log)
         log(f"step 1/3: {target.distribution}=={options.version} without its dependencies")
         tool.install(
             "--no-deps",
@@ -196,6 +229,11 @@ def make_environment(
             what=f"{target.name}'s CPU requirements (a pin the index cannot satisfy can be "
             f"replaced: -- --pin NAME==VERSION)",
         )
+    return _installed_version(python, target, options, log)
+
+
+def _installed_version(python: str, target: EngineTarget, options: EngineOptions, log: Any) -> str:
+    """The engine version the environment imports, once its probe modules import."""
     code, version = _query(
         python, f"import importlib.metadata as m; print(m.version({target.distribution!r}))"
     )
@@ -203,21 +241,14 @@ def make_environment(
         raise EngineSessionError(f"no {target.name} in this environment: {version}")
     if options.version_given and version != options.version:
         raise EngineUsageError(
-            f"--{target.name}-version {options.version}: the environment holds {target.name} "
+            f"--{target.option}-version {options.version}: the environment holds {target.name} "
             f"{version} (nox -R reuses it as installed; run without -R to install it)"
         )
     reason = target.supports(version)
     if reason:
         raise EngineSessionError(reason)
     log(f"{target.name} {version}: probing {', '.join(target.probe_modules)}")
-    probe = (
-        "import importlib, sys\n"
-        f"for name in {list(target.probe_modules)!r}:\n"
-        "    try:\n"
-        "        importlib.import_module(name)\n"
-        "    except Exception as error:\n"
-        "        print(f'{name} does not import: {type(error).__name__}: {error}'); sys.exit(1)\n"
-    )
+    probe = SHADOW_CHECK + PROBE.format(modules=list(target.probe_modules))
     code, error = _query(python, probe, target.environment)
     if code:
         raise EngineSessionError(f"{target.name} {version}: {error}")
@@ -253,7 +284,7 @@ def prepare(
 ) -> tuple[EngineOptions, str, str]:
     """Check the arguments and make the environment: (options, its python, engine version);
     a `release` of the matrix comes before the session's own arguments."""
-    fixed = [f"--{target.name}-version", release] if release else []
+    fixed = [f"--{target.option}-version", release] if release else []
     options = parse_options(target, [*fixed, *session.posargs])
     if options.show_usage:
         session.log(usage(target))
@@ -275,31 +306,25 @@ def prepare(
     return options, python, version
 
 
-def run_session(session: Any, target: EngineTarget, *, release: str | None = None) -> None:
-    """The whole engine session (`session` is nox's); a stop is one line via session.error
-    (a bad argument: exit 2). A full run records its facts file in ``SHA256SUMS``."""
-    started = time.monotonic()
-    try:
-        options, python, version = prepare(session, target, release)
-    except EngineUsageError as error:
-        _usage_exit()
-        session.error(str(error))
-    except EngineSessionError as error:
-        session.error(str(error))
+def run_and_record(
+    target: EngineTarget, options: EngineOptions, python: str, version: str, log: Any
+) -> tuple[int, Path]:
+    """Run the target's tests with `python`; write the JUnit report and its sidecar (a full
+    run: the former ones archived first). Returns pytest's exit code and the facts file."""
     reason = selection_reason(target, options.pytest_args)
     junit = JUNIT_DIR / junit_name(target.name, None)
-    facts_file = FACTS_DIR / target.facts_file(version)
+    facts_file = facts_path(target, version)
     if reason is not None:
         junit, facts_file = partial_junit_path(junit), FACTS_DIR / PARTIAL_DIR / facts_file.name
-        session.log(f"partial selection ({reason}): the full report and facts stay as they are")
+        log(f"partial selection ({reason}): the full report and facts stay as they are")
     junit.parent.mkdir(parents=True, exist_ok=True)
     facts_file.parent.mkdir(parents=True, exist_ok=True)
     moved = archive_superseded(junit, target.name, None) if reason is None else None
     if moved is not None and facts_file.exists():
         shutil.move(str(facts_file), moved / facts_file.name)
     if moved is not None:
-        session.log(f"earlier {target.name} reports moved to {moved}")
-    session.log(f"step: {target.name} {version}: the families on its own code -> {junit}")
+        log(f"earlier {target.name} reports moved to {moved}")
+    log(f"step: {target.name} {version}: the families on its own code -> {junit}")
     code, _ = _stream(
         [
             python, "-m", "pytest", target.tests, "-o", "addopts=", "--import-mode=importlib",
@@ -320,10 +345,25 @@ def run_session(session: Any, target: EngineTarget, *, release: str | None = Non
         selection=reason,
         pins=(*target.release_pins(version), *options.pins),
     )
-    if reason is None and code == 0 and facts_file.exists():
+    if reason is None and code == 0 and target.measures_facts and facts_file.exists():
         manifest = write_manifest(FACTS_DIR, [facts_file.name])
-        session.log(f"facts checksum recorded in {manifest}")
-    session.log(f"JUnit report ({'partial' if reason else 'full'}): {junit}; facts: {facts_file}")
+        log(f"facts checksum recorded in {manifest}")
+    log(f"JUnit report ({'partial' if reason else 'full'}): {junit}; facts: {facts_file}")
+    return code, facts_file
+
+
+def run_session(session: Any, target: EngineTarget, *, release: str | None = None) -> None:
+    """The whole engine session (`session` is nox's); a stop is one line via session.error
+    (a bad argument: exit 2). A full run records its facts file in ``SHA256SUMS``."""
+    started = time.monotonic()
+    try:
+        options, python, version = prepare(session, target, release)
+    except EngineUsageError as error:
+        _usage_exit()
+        session.error(str(error))
+    except EngineSessionError as error:
+        session.error(str(error))
+    code, facts_file = run_and_record(target, options, python, version, session.log)
     audit = audit_tree(options.tree, facts_file, session.log) if options.tree else 0
     elapsed = time.monotonic() - started
     size = disk_use(Path(session.virtualenv.location))
@@ -336,6 +376,12 @@ def run_session(session: Any, target: EngineTarget, *, release: str | None = Non
         session.error(f"{target.name} {version}: the families failed (pytest exit {code})")
     if audit:
         session.error(f"audit of {options.tree} with {facts_file}: exit {audit}")
+
+
+def facts_path(target: EngineTarget, version: str) -> Path:
+    """Where the target's tests write their facts (or, measuring none, their statuses)."""
+    folder = FACTS_DIR if target.measures_facts else JUNIT_DIR
+    return folder / target.facts_file(version)
 
 
 def _reused_without_install(session: Any) -> bool:
@@ -358,8 +404,8 @@ def interpreter_engine(target: EngineTarget) -> tuple[str, str]:
     status, text = _query(sys.executable, code)
     if status or " " not in text:
         raise EngineSessionError(
-            f"--{target.name}-from-interpreter: the interpreter running nox ({sys.executable}) "
-            f"has no {target.distribution}; install it there, or use --{target.name}-version X"
+            f"--{target.option}-from-interpreter: the interpreter running nox ({sys.executable}) "
+            f"has no {target.distribution}; install it there, or use --{target.option}-version X"
         )
     version, _, origin = text.partition(" ")
     return version, origin
@@ -374,7 +420,7 @@ def same_engine(python: str, target: EngineTarget, origin: str) -> None:
     status, found = _query(python, code)
     if status or os.path.realpath(found) != os.path.realpath(origin):
         raise EngineSessionError(
-            f"--{target.name}-from-interpreter: the session imports {target.distribution} from "
+            f"--{target.option}-from-interpreter: the session imports {target.distribution} from "
             f"{found or 'nowhere'}, not the interpreter's {origin}"
         )
 
@@ -393,3 +439,33 @@ def reach_interpreter(python: str) -> None:
         f"else len(sys.path); sys.path[_at:_at] = [p for p in {paths!r} if p not in sys.path]"
     )
     Path(purelib, "_engine_interpreter_site.pth").write_text(line + "\n", "utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m conformance.ci.engine_session NAME [options]``: the target's tests with this
+    interpreter's engine, installing nothing (a machine without nox or internet, such as a GPU
+    machine given vLLM's bundle); the options of ``nox -s NAME`` less the installing ones."""
+    from conformance.engines.target import engine_target
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0].startswith("-"):
+        print(main.__doc__.splitlines()[0].strip("`"), file=sys.stderr)  # type: ignore[union-attr]
+        return USAGE_EXIT
+    try:
+        target = engine_target(args[0])
+        options = parse_options(target, [*args[1:], f"--{target.option}-from-interpreter"])
+        found, _ = interpreter_engine(target)
+        check_interpreter_version(target, options, found)
+        version = _installed_version(sys.executable, target, options, print)
+    except (KeyError, EngineUsageError) as error:
+        print(f"engine_session: {error}", file=sys.stderr)
+        return USAGE_EXIT
+    except EngineSessionError as error:
+        print(f"engine_session: {error}", file=sys.stderr)
+        return 1
+    code, _ = run_and_record(target, options, sys.executable, version, print)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -266,14 +266,24 @@ def _kv_scale_slip(batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor | N
     return None
 
 
+JUDGED = ("out", "lse")
+"""What a masking or golden check judges by default: the output and the LSE."""
+
+
 def masking_problems(
-    batch: MaskingBatch, out: torch.Tensor, lse: torch.Tensor | None
+    batch: MaskingBatch,
+    out: torch.Tensor,
+    lse: torch.Tensor | None,
+    *,
+    parts: tuple[str, ...] = JUDGED,
 ) -> list[MaskingProblem]:
     """One problem per query row whose LSE or output is off, with its likely cause. A None
     `lse` checks the output alone where the suite derives the LSE is not comparable
-    (`conformance.applicability.lse_compared`), and fails anywhere else."""
+    (`conformance.applicability.lse_compared`), and fails anywhere else. `parts` judges one
+    of the two alone (``("out",)``: the LSE is then used only to tell a kv-scale slip)."""
     out = out.detach().to("cpu", torch.float64)
-    lse = lse.detach().to("cpu", torch.float64) if lse_compared(lse, "masking") else None
+    if "lse" in parts or lse is not None:
+        lse = lse.detach().to("cpu", torch.float64) if lse_compared(lse, "masking") else None
     slip = _kv_scale_slip(batch, out, lse)
     problems = []
     for r, (b, i) in enumerate(batch.rows):
@@ -281,10 +291,10 @@ def masking_problems(
             f"request {b} query token {i} (kv {SEQ_LENS[b]}, sees the first "
             f"{int(batch.visible[r])} tokens)"
         )
-        if lse is not None:
+        if lse is not None and "lse" in parts:
             problems += _lse_problems(batch, where, r, lse[r])
         out_err = float((out[r] - batch.expected_out[r]).abs().max())
-        if out_err <= batch.out_bound:
+        if out_err <= batch.out_bound or "out" not in parts:
             continue
         if slip is not None:
             problems.append(

@@ -79,6 +79,9 @@ class EngineRun:
     """The facts file, as the session named it."""
     counts: Mapping[str, int]
     """tests, failures, errors and skipped of its JUnit file."""
+    stood_in: Sequence[str] | None = None
+    """The engine's modules its tests stood in (a GPU target's facts name them); None: the
+    facts say nothing of stand-ins (the key is left out)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ class RunRecord:
                 "version": engine.version,
                 "builders": dict(engine.builders),
                 "pins_replaced": list(engine.pins_replaced),
+                **({} if engine.stood_in is None else {"stood_in": list(engine.stood_in)}),
             },
             "junit": self.junit,
             "junit_sha256": self.junit_sha256,

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from conformance.runs.provenance import git_facts
-from conformance.target_types import BackendTarget
 from conformance.targets import ENTRY_POINT_GROUP, declared
 
 COMMON_FILES: tuple[str, ...] = (
@@ -36,6 +35,7 @@ COMMON_FILES: tuple[str, ...] = (
     "conformance/stubs/*.py",
     "conformance/persistent/*.py",
     "conformance/numerics/*.py",
+    "conformance/goldens/*.py",
     "tests/conformance/*.py",
     "tests/goldens/manifest.json",
 )
@@ -59,7 +59,7 @@ def _plugin_module(backend: str, root: Path) -> list[str]:
 def _declared_files(backend: str) -> tuple[str, ...]:
     """The behaviour files ``backend`` declares (`conformance.targets`, or its class)."""
     target = declared(backend)
-    return target.behaviour_files if isinstance(target, BackendTarget) else ()
+    return () if target is None else target.behaviour_files
 
 
 def unmatched_patterns(patterns: Sequence[str], root: Path) -> list[str]:

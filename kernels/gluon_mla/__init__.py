@@ -1,7 +1,8 @@
 """The Hopper decode in Gluon (Triton's layout-explicit dialect): `decode_kernel` for bf16
-q and KV, `fp8_kernel` for e4m3 (``float8_e4m3fn``) q and KV, `ws_kernel` a warp-specialized
-bf16 one (chosen where programs are short, `kernels.triton_mla.config.WS_MAX_TILES`, or by a
-config with ``WS: 1``).
+q and KV and for e4m3 (``float8_e4m3fn``) q and KV, `ws_kernel` a warp-specialized bf16 one
+(chosen where programs are short, `kernels.triton_mla.config.WS_MAX_TILES`, or by a config
+with ``WS: 1``) whose loader partition is `ws_loader`. `parts` holds the device functions
+they share (row packing, ``cp.async`` tiles, scores, softmax, the block's store).
 
 `usable` says whether a launch can take one of them: an sm_90 GPU, a Triton with Gluon's
 Hopper module, not under the interpreter, no earlier failure to compile (`disable`: Gluon is
@@ -88,16 +89,13 @@ def is_e4m3(dtype: torch.dtype) -> bool:
 
 
 def kernel(kv_dtype: torch.dtype = torch.bfloat16, ws: bool = False) -> Any:
-    """The Gluon decode kernel for a cache of `kv_dtype` (imports Gluon); with `ws`, the
-    warp-specialized bf16 one (`ws_kernel`)."""
+    """The Gluon decode kernel for a cache of `kv_dtype` (imports Gluon): `decode_kernel`'s,
+    for bf16 and e4m3 alike (the cache's element type picks its operands when it compiles);
+    with `ws`, the warp-specialized bf16 one (`ws_kernel`)."""
     if ws:
         from kernels.gluon_mla.ws_kernel import gluon_mla_ws_decode_kernel
 
         return gluon_mla_ws_decode_kernel
-    if is_e4m3(kv_dtype):
-        from kernels.gluon_mla.fp8_kernel import gluon_mla_fp8_decode_kernel
-
-        return gluon_mla_fp8_decode_kernel
     from kernels.gluon_mla.decode_kernel import gluon_mla_decode_kernel
 
     return gluon_mla_decode_kernel

@@ -44,9 +44,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from kernels.gluon_mla.decode_kernel import BLOCK_M, _cta_barrier, _store_block
-from kernels.gluon_mla.ws_loader import LOADER_WARPS, _block_bounds, _loader, _stage
-from kernels.triton_mla.work import _program_slice, _work_span
+from kernels.gluon_mla.parts import BLOCK_M, block_bounds, cta_barrier, store_block
+from kernels.gluon_mla.ws_loader import LOADER_WARPS, loader, tile_stage
+from kernels.plan_slice import program_slice, work_span
 
 PART_WARPS = gl.constexpr(4)  # warps of each consumer partition (one warpgroup)
 CONSUMER_REGS = gl.constexpr(232)  # registers a thread of consumer 1 (O half: 128)
@@ -58,7 +58,7 @@ def _chunked_scores(q_lat, q_rope, lat_buf, rope_buf, S_L: gl.constexpr, BLOCK_N
                     D_V: gl.constexpr):  # fmt: skip
     """Issue ``S = Q Kᵀ`` (asynchronous), the latent block as a loop over its 64-column
     chunks: each MMA's shared-memory descriptors are then built where it is issued (with the
-    36 k-steps unrolled, as `decode_kernel._scores`, the compiler holds all their
+    36 k-steps unrolled, as `parts.issue_scores`, the compiler holds all their
     descriptors across the kernel and spills). A 128-byte-swizzled ``[rows, 512]`` buffer is
     8 ``[rows, 64]`` ones back to back, so the chunks reinterpret the same memory."""
     Q_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, 64], gl.bfloat16)
@@ -82,7 +82,7 @@ def _p_tile(kv_rope, g, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
 @gluon.jit
 def _release(bar):
     """This partition's arrival on `bar`, once all its warps got there."""
-    _cta_barrier()
+    cta_barrier()
     mbarrier.arrive(bar)
 
 
@@ -104,11 +104,7 @@ def _others_pv(
 
 @gluon.jit
 def _consumer(
-    WG: gl.constexpr, q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem,
-    kv_ready, kv_free, q_ready, q_free, p_ready, l_ready,
-    out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr,
-    kv_last_page_lens_ptr, qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value,
-    kv_scale_value, sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok,
+    WG: gl.constexpr, buffers, pointers, stride_o_tok, stride_o_head, stride_lse_tok,
     stride_lse_head, stride_po_row, stride_po_head, stride_pl_row, stride_pl_head,
     heads_per_work, fold_ratio, seq_q,
     PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
@@ -116,7 +112,17 @@ def _consumer(
     GROUP_MODE: gl.constexpr, FAULT: gl.constexpr,
 ):  # fmt: skip
     """Consumer `WG` (0 or 1): the scores and softmax of the tiles it owns (the program's
-    tiles g with ``g % 2 == WG``), and its half of ``P V`` for every tile."""
+    tiles g with ``g % 2 == WG``), and its half of ``P V`` for every tile. `buffers` and
+    `pointers` are the kernel's tuples of that name."""
+    (
+        q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem, kv_ready, kv_free, q_ready, q_free,
+        p_ready, l_ready,
+    ) = buffers  # fmt: skip
+    (
+        out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr,
+        kv_last_page_lens_ptr, qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value,
+        kv_scale_value, sm_scale_log2,
+    ) = pointers  # fmt: skip
     HALF: gl.constexpr = D_V // 2
     S_L: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[PART_WARPS, 1], instr_shape=[16, BLOCK_N, 16]
@@ -127,7 +133,7 @@ def _consumer(
     S_ROW: gl.constexpr = gl.SliceLayout(1, S_L)
     O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
 
-    grp, work_begin, work_end, kv_scale, score_scale = _program_slice(
+    grp, work_begin, work_end, kv_scale, score_scale = program_slice(
         work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
         sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
     )  # fmt: skip
@@ -138,12 +144,12 @@ def _consumer(
         (
             partial_loc, qo_start, group, part_head, q_begin, q_len, _, _, kv_len, tok_lo, tok_hi,
             num_rows,
-        ) = _work_span(
+        ) = work_span(
             work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
             heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
         )  # fmt: skip
         for m0 in range(0, num_rows, BLOCK_M):
-            row_hi, _, num_tiles = _block_bounds(
+            row_hi, _, num_tiles = block_bounds(
                 m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, q_begin,
                 q_len, kv_len, tok_lo, tok_hi, CAUSAL, BLOCK_N, S_ROW,
             )  # fmt: skip
@@ -155,7 +161,7 @@ def _consumer(
                 # The other's tile t - 1 (if any): release tile t - 2 (own, its P V done),
                 # issue S_t, then (once the other handed over P) P V_{t-1} on this half; wait
                 # for S_t alone, P V_{t-1} (issued after it) running on under the softmax.
-                stage, phase = _stage(g + t, STAGES)
+                stage, phase = tile_stage(g + t, STAGES)
                 if t > 0:
                     o_now = warpgroup_mma_wait(0, deps=(o,))
                     if t > 1:
@@ -218,7 +224,7 @@ def _consumer(
             _release(l_ready.index(blk % 2))
             mbarrier.wait(l_ready.index(blk % 2), (blk // 2) & 1)
             l_tot = l_i + l_smem.index((blk % 2) * 2 + 1 - WG).load(S_ROW)
-            _store_block(  # this consumer's columns; consumer 0 the LSE
+            store_block(  # this consumer's columns; consumer 0 the LSE
                 o_now, m_i, l_tot[:, None], kv_scale, m0, num_rows, qo_start, heads_per_work,
                 fold_ratio, seq_q, group, partial_loc, part_head, out_ptr + WG * HALF, lse_ptr,
                 part_o_ptr + WG * HALF, part_lse_ptr, stride_o_tok, stride_o_head,
@@ -272,34 +278,37 @@ def gluon_mla_ws_decode_kernel(
     mbarrier.init(q_ready, count=1)
     mbarrier.init(q_free, count=2)
     fence_async_shared()
-    _cta_barrier()
+    cta_barrier()
 
     # Gluon's `warp_specialize` as of Triton 3.6: (fn, args) pairs, the default partition's
-    # first; worker warps and registers. The arguments are written out in each call: a tuple
-    # held in a variable would turn its constexprs into tensors.
+    # first; worker warps and registers. Both consumers take the shared memory and mbarriers
+    # (`buffers`) and the pointers and float scales (`pointers`) as tuples; the integers and
+    # constexprs are written out in each call: a tuple held in a variable would turn its
+    # constexprs into tensors (and Triton makes an integer argument of 1 a constexpr).
+    buffers = (
+        q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem, kv_ready, kv_free, q_ready, q_free,
+        p_ready, l_ready,
+    )  # fmt: skip
+    pointers = (
+        out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr,
+        kv_last_page_lens_ptr, qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value,
+        kv_scale_value, sm_scale_log2,
+    )  # fmt: skip
     gl.warp_specialize(
         [
             (_consumer, (
-                0, q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem, kv_ready, kv_free,
-                q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
-                qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
-                sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
-                stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
-                fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, STAGES, D_V, P_FP8, SCALES_IN_MEMORY,
-                GROUP_MODE, FAULT,
+                0, buffers, pointers, stride_o_tok, stride_o_head, stride_lse_tok,
+                stride_lse_head, stride_po_row, stride_po_head, stride_pl_row, stride_pl_head,
+                heads_per_work, fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, STAGES, D_V, P_FP8,
+                SCALES_IN_MEMORY, GROUP_MODE, FAULT,
             )),
             (_consumer, (
-                1, q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem, kv_ready, kv_free,
-                q_ready, q_free, p_ready, l_ready, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
-                qo_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
-                sm_scale_log2, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
-                stride_po_row, stride_po_head, stride_pl_row, stride_pl_head, heads_per_work,
-                fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, STAGES, D_V, P_FP8, SCALES_IN_MEMORY,
-                GROUP_MODE, FAULT,
+                1, buffers, pointers, stride_o_tok, stride_o_head, stride_lse_tok,
+                stride_lse_head, stride_po_row, stride_po_head, stride_pl_row, stride_pl_head,
+                heads_per_work, fold_ratio, seq_q, PAGE_SIZE, CAUSAL, BLOCK_N, STAGES, D_V, P_FP8,
+                SCALES_IN_MEMORY, GROUP_MODE, FAULT,
             )),
-            (_loader, (
+            (loader, (
                 q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free, q_ptr,
                 kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
                 kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head,

@@ -1,6 +1,6 @@
 """The loader partition of the warp-specialized decode (`kernels.gluon_mla.ws_kernel`): Q
 and the KV tiles into shared memory with ``cp.async``, each tile signalled on an mbarrier
-once it landed; and the block bounds and stage arithmetic it shares with the consumers.
+once it landed; and the stage arithmetic it shares with the consumers (`tile_stage`).
 """
 
 from __future__ import annotations
@@ -13,44 +13,29 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
 )
 
-from kernels.gluon_mla.decode_kernel import (
+from kernels.gluon_mla.parts import (
     BLOCK_M,
-    _cp_async,
-    _cta_barrier,
-    _issue_tile,
-    _row_limit,
-    _rows,
-    _slot_offsets,
+    block_bounds,
+    block_rows,
+    cp_async,
+    cta_barrier,
+    issue_tile,
+    slot_offsets,
 )
-from kernels.triton_mla.work import _program_slice, _work_span
+from kernels.plan_slice import program_slice, work_span
 
 CHUNK = gl.constexpr(16)  # rows a loader pass copies (16 x 576 bf16: 9 vectors a thread)
 LOADER_WARPS = gl.constexpr(4)  # one warpgroup
 
 
 @gluon.jit
-def _block_bounds(
-    m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, q_begin, q_len, kv_len,
-    tok_lo, tok_hi, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, ROW: gl.constexpr,
-):  # fmt: skip
-    """(each row's token limit in `ROW`, the block's limit, its tile count)."""
-    row_ok, _, _, token, _ = _rows(
-        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, ROW
-    )
-    row_hi = _row_limit(token, q_begin, q_len, kv_len, tok_hi, CAUSAL)
-    block_hi = gl.max(gl.where(row_ok, row_hi, tok_lo), axis=0)
-    num_tiles = gl.cdiv(gl.maximum(block_hi - tok_lo, 0), BLOCK_N)
-    return row_hi, block_hi, num_tiles
-
-
-@gluon.jit
-def _stage(g, STAGES: gl.constexpr):
+def tile_stage(g, STAGES: gl.constexpr):
     """(buffer, mbarrier phase) of the program's tile `g` (counted over all its blocks)."""
     return g % STAGES, (g // STAGES) & 1
 
 
 @gluon.jit
-def _loader(
+def loader(
     q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free,
     q_ptr, kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
     kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head, stride_kv_block,
@@ -63,8 +48,8 @@ def _loader(
     LOAD_ROW: gl.constexpr = gl.SliceLayout(1, LOAD)
     cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
     cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
-    # The work range of `_program_slice` (the scales are the consumers').
-    grp, work_begin, work_end, _kv_scale, _score_scale = _program_slice(
+    # The work range of `program_slice` (the scales are the consumers').
+    grp, work_begin, work_end, _kv_scale, _score_scale = program_slice(
         work_indptr_ptr, work_indptr_ptr, work_indptr_ptr, 1.0, 1.0, 1.0, False, GROUP_MODE, FAULT,
     )  # fmt: skip
     g = 0  # tiles of the blocks before this one (tile j of a block is the program's g + j)
@@ -73,47 +58,47 @@ def _loader(
         (
             _, qo_start, group, _, q_begin, q_len, page_begin, _, kv_len, tok_lo, tok_hi,
             num_rows,
-        ) = _work_span(
+        ) = work_span(
             work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
             heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
         )  # fmt: skip
         for m0 in range(0, num_rows, BLOCK_M):
-            _row_hi, block_hi, num_tiles = _block_bounds(
+            _row_hi, block_hi, num_tiles = block_bounds(
                 m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, q_begin,
                 q_len, kv_len, tok_lo, tok_hi, CAUSAL, BLOCK_N, LOAD_ROW,
             )  # fmt: skip
             mbarrier.wait(q_free, (blk & 1) ^ 1)  # both consumers are done with the last Q
             for r in gl.static_range(BLOCK_M // CHUNK):
-                row_ok, _vrow, _local, token, head = _rows(
+                row_ok, _vrow, _local, token, head = block_rows(
                     m0 + r * CHUNK, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group,
                     LOAD_ROW, CHUNK,
                 )  # fmt: skip
                 q_row = token.to(gl.int64) * stride_q_tok + head.to(gl.int64) * stride_q_head
                 q_base = q_ptr + q_row[:, None]
-                _cp_async(q_lat.slice(r * CHUNK, CHUNK), q_base + cols_v[None, :],
+                cp_async(q_lat.slice(r * CHUNK, CHUNK), q_base + cols_v[None, :],
                           mask=row_ok[:, None])  # fmt: skip
-                _cp_async(q_rope.slice(r * CHUNK, CHUNK), q_base + D_V + cols_r[None, :],
+                cp_async(q_rope.slice(r * CHUNK, CHUNK), q_base + D_V + cols_r[None, :],
                           mask=row_ok[:, None])  # fmt: skip
             async_copy.commit_group()
             async_copy.wait_group(0)
             fence_async_shared()
-            _cta_barrier()
+            cta_barrier()
             mbarrier.arrive(q_ready)
             for j in range(num_tiles):
-                stage, phase = _stage(g + j, STAGES)
+                stage, phase = tile_stage(g + j, STAGES)
                 mbarrier.wait(kv_free.index(stage), phase ^ 1)  # its last tile released
                 for r in gl.static_range(BLOCK_N // CHUNK):
-                    slot, ok = _slot_offsets(
+                    slot, ok = slot_offsets(
                         kv_indices_ptr, page_begin, tok_lo + j * BLOCK_N + r * CHUNK, block_hi,
                         stride_kv_block, stride_kv_slot, CHUNK, PAGE_SIZE, LOAD_ROW,
                     )  # fmt: skip
-                    _issue_tile(
+                    issue_tile(
                         kv_ptr, slot, ok, kv_lat.index(stage).slice(r * CHUNK, CHUNK),
                         kv_rope.index(stage).slice(r * CHUNK, CHUNK), D_V, D_R, LOAD,
                     )  # fmt: skip
                 async_copy.wait_group(0)
                 fence_async_shared()
-                _cta_barrier()
+                cta_barrier()
                 mbarrier.arrive(kv_ready.index(stage))
             g += num_tiles
             blk += 1

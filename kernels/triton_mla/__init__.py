@@ -40,13 +40,13 @@ q and KV, runs the Gluon decode instead (`kernels.gluon_mla`, chosen by `HOPPER_
 ``config={"GLUON": 0}`` keeps this package's kernel); the reduce is this package's either way.
 
 Modules: `config` (dimensions, tile configurations, faults), `tile` (one KV tile of the
-online softmax), `work` (a program's plan slice and a work's bounds), `decode_kernel` (the
-persistent decode kernel), `reduce` (the reduce kernel and `mla_reduce`), `launch`
-(`persistent_mla_decode`). This package imports Triton at import time; set
-``TRITON_INTERPRET=1`` *before* Triton is first imported to run the kernels on the CPU
-interpreter (`reload_kernels` re-decorates this package's kernels after the variable
-changed, but Triton's own library functions, ``tl.min`` say, keep the mode Triton was imported
-in).
+online softmax), `decode_kernel` (the persistent decode kernel), `reduce` (the reduce kernel
+and `mla_reduce`), `launch` (`persistent_mla_decode`); a program's plan slice and a work's
+bounds are `kernels.plan_slice`, which the Gluon decodes share. This package imports Triton
+at import time; set ``TRITON_INTERPRET=1`` *before* Triton is first imported to run the
+kernels on the CPU interpreter (`reload_kernels` re-decorates this package's kernels and the
+plan slice after the variable changed, but Triton's own library functions, ``tl.min`` say,
+keep the mode Triton was imported in).
 """
 
 from __future__ import annotations
@@ -76,8 +76,16 @@ from kernels.triton_mla.launch import default_sm_scale, persistent_mla_decode
 from kernels.triton_mla.reduce import mla_reduce
 from kernels.triton_mla.tile import interpreted
 
-# Import order: each module imports only those before it.
-_MODULES = ("config", "tile", "work", "decode_kernel", "reduce", "launch")
+# Import order: each module imports only those before it (`kernels.plan_slice` holds Triton
+# device functions the decode kernel calls, so it is decorated anew too).
+_MODULES = (
+    "kernels.triton_mla.config",
+    "kernels.triton_mla.tile",
+    "kernels.plan_slice",
+    "kernels.triton_mla.decode_kernel",
+    "kernels.triton_mla.reduce",
+    "kernels.triton_mla.launch",
+)
 
 __all__ = [
     "CACHE_DIM",
@@ -104,8 +112,9 @@ __all__ = [
 
 
 def reload_kernels() -> ModuleType:
-    """Re-import every module of the package (its kernels are decorated anew under the
-    current ``TRITON_INTERPRET``) and return the package. Tuned tables are reset."""
+    """Re-import every module of the package and `kernels.plan_slice` (their kernels are
+    decorated anew under the current ``TRITON_INTERPRET``) and return the package. Tuned
+    tables are reset."""
     for name in _MODULES:
-        importlib.reload(sys.modules[f"{__name__}.{name}"])
+        importlib.reload(sys.modules[name])
     return importlib.reload(sys.modules[__name__])

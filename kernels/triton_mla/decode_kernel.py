@@ -4,7 +4,7 @@ Loop structure: the tiles below every row's causal limit and the work's kv end r
 (no load masks, no score mask; the page id of the next tile is read one tile ahead, so
 Triton's pipeliner gives the KV loads all of ``num_stages``); the last, partial tiles run
 masked; pages smaller than a tile take one page lookup per token. Each tile is one
-`_attend` step (`kernels.triton_mla.tile`; `_load_attend` loads the tile first). One kernel
+`attend` step (`kernels.triton_mla.tile`; `load_attend` loads the tile first). One kernel
 in one module: its work loop, row packing, tile loops and epilogue share some twenty locals,
 and splitting it further would scatter one loop nest over several files.
 """
@@ -14,12 +14,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.triton_mla.tile import _attend, _load_attend, _operand, _store_rows, _tile_ptr
-from kernels.triton_mla.work import _program_slice, _work_span
+from kernels.plan_slice import program_slice, work_span
+from kernels.triton_mla.tile import attend, load_attend, operand, store_rows, tile_ptr
 
 
 @triton.jit
-def _persistent_mla_decode_kernel(
+def persistent_mla_decode_kernel(
     q_ptr,
     kv_ptr,
     out_ptr,
@@ -69,7 +69,7 @@ def _persistent_mla_decode_kernel(
     ABLATE: tl.constexpr,
     FAULT: tl.constexpr,
 ):
-    grp, work_begin, work_end, kv_scale, score_scale = _program_slice(
+    grp, work_begin, work_end, kv_scale, score_scale = program_slice(
         work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
         sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
     )  # fmt: skip
@@ -87,7 +87,7 @@ def _persistent_mla_decode_kernel(
         (
             partial_loc, qo_start, group, part_head, q_begin, q_len, page_begin, num_pages,
             kv_len, tok_lo, tok_hi, num_rows,
-        ) = _work_span(
+        ) = work_span(
             work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr,
             heads_per_work, fold_ratio, grp, PAGE_SIZE, GROUP_MODE, FAULT,
         )  # fmt: skip
@@ -118,8 +118,8 @@ def _persistent_mla_decode_kernel(
                 q_nope = q_nope.to(tl.float16)
                 q_rope = q_rope.to(tl.float16)
             else:
-                q_nope = _operand(q_nope, DOT_T, QK_FP8)
-                q_rope = _operand(q_rope, DOT_T, QK_FP8)
+                q_nope = operand(q_nope, DOT_T, QK_FP8)
+                q_rope = operand(q_rope, DOT_T, QK_FP8)
 
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -140,7 +140,7 @@ def _persistent_mla_decode_kernel(
                     # The tile of the next iteration is loaded into registers by hand (the
                     # pipeliner leaves loads whose e4m3 values are converted before the dots
                     # unpipelined): one tile of look-ahead.
-                    kv_base = _tile_ptr(
+                    kv_base = tile_ptr(
                         kv_ptr, page, tok_lo, stride_kv_block, stride_kv_slot, PAGE_SIZE
                     )
                     any_full = n_full > tok_lo
@@ -152,7 +152,7 @@ def _persistent_mla_decode_kernel(
                         kv = kv_next
                         k_rope = rope_next
                         n1 = n0 + BLOCK_N
-                        kv_base = _tile_ptr(
+                        kv_base = tile_ptr(
                             kv_ptr, page, n1, stride_kv_block, stride_kv_slot, PAGE_SIZE
                         )
                         more = n1 < n_full
@@ -162,31 +162,29 @@ def _persistent_mla_decode_kernel(
                         page = tl.load(
                             kv_indices_ptr + page_begin + next_page, mask=has_pages, other=0
                         )
-                        acc, m_i, l_i = _attend(
+                        acc, m_i, l_i = attend(
                             acc, m_i, l_i, q_nope, q_rope, kv, k_rope, n0 + offs_n, row_hi,
                             score_scale, MASKED=False, DOT_T=DOT_T, QK_FP8=QK_FP8, P_FP8=P_FP8,
                             V_F16=V_F16, F16_TILE=F16_TILE, ABLATE=ABLATE,
                         )  # fmt: skip
                 else:
                     for n0 in range(tok_lo, n_full, BLOCK_N):
-                        kv_base = _tile_ptr(
+                        kv_base = tile_ptr(
                             kv_ptr, page, n0, stride_kv_block, stride_kv_slot, PAGE_SIZE
                         )
                         next_page = tl.minimum((n0 + BLOCK_N) // PAGE_SIZE, last_page)
                         page = tl.load(
                             kv_indices_ptr + page_begin + next_page, mask=has_pages, other=0
                         )
-                        acc, m_i, l_i = _load_attend(
+                        acc, m_i, l_i = load_attend(
                             acc, m_i, l_i, q_nope, q_rope, kv_base, tile_kv_offs, tile_rope_offs,
                             n0 + offs_n, tok_hi, row_hi, score_scale, False, DOT_T, QK_FP8, P_FP8,
                             V_F16, F16_TILE, ABLATE,
                         )  # fmt: skip
                 for n0 in tl.range(n_full, tok_hi, BLOCK_N, num_stages=1):
                     page = tl.load(kv_indices_ptr + page_begin + n0 // PAGE_SIZE)
-                    kv_base = _tile_ptr(
-                        kv_ptr, page, n0, stride_kv_block, stride_kv_slot, PAGE_SIZE
-                    )
-                    acc, m_i, l_i = _load_attend(
+                    kv_base = tile_ptr(kv_ptr, page, n0, stride_kv_block, stride_kv_slot, PAGE_SIZE)
+                    acc, m_i, l_i = load_attend(
                         acc, m_i, l_i, q_nope, q_rope, kv_base, tile_kv_offs, tile_rope_offs,
                         n0 + offs_n, tok_hi, row_hi, score_scale, True, DOT_T, QK_FP8, P_FP8,
                         V_F16, F16_TILE, ABLATE,
@@ -201,7 +199,7 @@ def _persistent_mla_decode_kernel(
                     kv_row = page.to(tl.int64) * stride_kv_block + (
                         (pos % PAGE_SIZE).to(tl.int64) * stride_kv_slot
                     )
-                    acc, m_i, l_i = _load_attend(
+                    acc, m_i, l_i = load_attend(
                         acc, m_i, l_i, q_nope, q_rope, kv_ptr, kv_row[:, None] + offs_v[None, :],
                         kv_row[:, None] + D_V + offs_r[None, :], pos, tok_hi, row_hi, score_scale,
                         True, DOT_T, QK_FP8, P_FP8, V_F16, F16_TILE, ABLATE,
@@ -214,7 +212,7 @@ def _persistent_mla_decode_kernel(
                 seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) / 1.4426950408889634, float("-inf")
             )
             if partial_loc < 0:
-                _store_rows(
+                store_rows(
                     out_ptr, lse_ptr, o, lse, token, head, offs_v, row_ok, stride_o_tok,
                     stride_o_head, stride_lse_tok, stride_lse_head,
                 )  # fmt: skip

@@ -24,7 +24,6 @@ from triton.runtime.errors import OutOfResources
 
 from conformance.persistent.plan import WorkPlan
 from kernels import gluon_mla
-from kernels.triton_mla import decode_kernel
 from kernels.triton_mla.config import (
     CACHE_DIM,
     FP8_DTYPES,
@@ -37,6 +36,7 @@ from kernels.triton_mla.config import (
     select_block_m,
     select_decode_config,
 )
+from kernels.triton_mla.decode_kernel import persistent_mla_decode_kernel
 from kernels.triton_mla.reduce import mla_reduce
 from kernels.triton_mla.tile import interpreted
 
@@ -345,7 +345,7 @@ def _launch_once(launch: DecodeLaunch, cfg: dict[str, int]) -> None:
         kernel = gluon_mla.kernel(launch.call["kv_cache"].dtype, ws=launch.use_ws)[launch.grid]
         kernel(*launch.args, **shared, STAGES=cfg["STAGES"], P_FP8=launch.round_p)
         return
-    decode_kernel._persistent_mla_decode_kernel[launch.grid](
+    persistent_mla_decode_kernel[launch.grid](
         *launch.args,
         **shared,
         BLOCK_M=cfg["BLOCK_M"],

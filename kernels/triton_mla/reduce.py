@@ -12,7 +12,7 @@ import triton.language as tl
 
 from conformance.persistent.plan import WorkPlan
 from kernels.triton_mla.config import LATENT_DIM, REDUCE_CONFIGS, check_fault, plan_on
-from kernels.triton_mla.tile import _store_rows, interpreted
+from kernels.triton_mla.tile import interpreted, store_rows
 
 
 @triton.jit
@@ -97,7 +97,7 @@ def _mla_reduce_kernel(
             lse = tl.where(seen, m_fin + tl.log(tl.where(seen, den, 1.0)), float("-inf"))
             token = (vrow // (fold_ratio * seq_q)) * seq_q + vrow % seq_q
             head = (vrow // seq_q) % fold_ratio * heads_per_work + heads
-            _store_rows(
+            store_rows(
                 out_ptr, lse_ptr, o, lse, token, head, offs_v, head_ok, stride_o_tok,
                 stride_o_head, stride_lse_tok, stride_lse_head,
             )  # fmt: skip

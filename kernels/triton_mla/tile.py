@@ -1,9 +1,9 @@
 """One KV tile of the decode's online softmax (Triton device functions, inlined by Triton).
 
-`_attend` is the step every loop of the decode kernel runs: QK over the latent and rope
-blocks, the exp2 softmax update, PV with the latent block as V. `_tile_ptr` and `_load_tile`
-address and load one tile of a page; `_load_attend` loads a tile and attends to it;
-`_store_rows` writes final output rows (the decode's unsplit works and the reduce).
+`attend` is the step every loop of the decode kernel runs: QK over the latent and rope
+blocks, the exp2 softmax update, PV with the latent block as V. `tile_ptr` and `load_tile`
+address and load one tile of a page; `load_attend` loads a tile and attends to it;
+`store_rows` writes final output rows (the decode's unsplit works and the reduce).
 `interpreted` tells whether these were decorated under ``TRITON_INTERPRET=1``.
 """
 
@@ -15,11 +15,11 @@ import triton.language as tl
 
 def interpreted() -> bool:
     """Whether the kernels were decorated under ``TRITON_INTERPRET=1`` (CPU interpreter)."""
-    return type(_attend).__name__ == "InterpretedFunction"
+    return type(attend).__name__ == "InterpretedFunction"
 
 
 @triton.jit
-def _operand(x, DOT_T: tl.constexpr, KEEP_FP8: tl.constexpr):
+def operand(x, DOT_T: tl.constexpr, KEEP_FP8: tl.constexpr):
     """A dot operand: kept as loaded (fp8 tensor-core path) or via bf16 to ``DOT_T``."""
     if KEEP_FP8:
         return x
@@ -28,7 +28,7 @@ def _operand(x, DOT_T: tl.constexpr, KEEP_FP8: tl.constexpr):
 
 
 @triton.jit
-def _load_tile(kv_base, kv_offs, rope_offs, pos, tok_hi, MASKED: tl.constexpr):
+def load_tile(kv_base, kv_offs, rope_offs, pos, tok_hi, MASKED: tl.constexpr):
     """A KV tile: its ``[BLOCK_N, 512]`` latent block (Kᵀ and V) and ``[BLOCK_N, 64]`` rope."""
     if MASKED:
         pos_ok = pos < tok_hi
@@ -41,13 +41,13 @@ def _load_tile(kv_base, kv_offs, rope_offs, pos, tok_hi, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _tile_ptr(kv_ptr, page, n0, stride_kv_block, stride_kv_slot, PAGE_SIZE: tl.constexpr):
+def tile_ptr(kv_ptr, page, n0, stride_kv_block, stride_kv_slot, PAGE_SIZE: tl.constexpr):
     """Base pointer of the tile that starts at token `n0`, which lies in page `page`."""
     return kv_ptr + page.to(tl.int64) * stride_kv_block + (n0 % PAGE_SIZE) * stride_kv_slot
 
 
 @triton.jit
-def _attend(
+def attend(
     acc,
     m_i,
     l_i,
@@ -82,9 +82,9 @@ def _attend(
         scores = tl.dot(q_nope, tl.trans(kv))
         scores = tl.dot(q_rope, tl.trans(k_rope), scores)
     else:
-        k_op = _operand(kv, DOT_T, QK_FP8)
+        k_op = operand(kv, DOT_T, QK_FP8)
         scores = tl.dot(q_nope, tl.trans(k_op))
-        scores = tl.dot(q_rope, tl.trans(_operand(k_rope, DOT_T, QK_FP8)), scores)
+        scores = tl.dot(q_rope, tl.trans(operand(k_rope, DOT_T, QK_FP8)), scores)
     scores = scores * score_scale
     if MASKED:
         visible = pos[None, :] < row_hi[:, None]
@@ -111,7 +111,7 @@ def _attend(
         # e4m3 V and e4m3-rounded P are exact in fp16: one cvt per two values, fp16 MMA.
         v_op = kv.to(tl.float16)
     else:
-        v_op = _operand(kv, DOT_T, False)
+        v_op = operand(kv, DOT_T, False)
     acc = acc * alpha[:, None]
     if ABLATE != 1:  # ABLATE == 1, a timing probe only: no PV dot
         acc = tl.dot(p_op, v_op, acc)
@@ -119,21 +119,21 @@ def _attend(
 
 
 @triton.jit
-def _load_attend(
+def load_attend(
     acc, m_i, l_i, q_nope, q_rope, kv_base, kv_offs, rope_offs, pos, tok_hi, row_hi, score_scale,
     MASKED: tl.constexpr, DOT_T: tl.constexpr, QK_FP8: tl.constexpr, P_FP8: tl.constexpr,
     V_F16: tl.constexpr, F16_TILE: tl.constexpr, ABLATE: tl.constexpr,
 ):  # fmt: skip
-    """`_load_tile` then `_attend`: one loaded KV tile of the online softmax."""
-    kv, k_rope = _load_tile(kv_base, kv_offs, rope_offs, pos, tok_hi, MASKED)
-    return _attend(
+    """`load_tile` then `attend`: one loaded KV tile of the online softmax."""
+    kv, k_rope = load_tile(kv_base, kv_offs, rope_offs, pos, tok_hi, MASKED)
+    return attend(
         acc, m_i, l_i, q_nope, q_rope, kv, k_rope, pos, row_hi, score_scale, MASKED=MASKED,
         DOT_T=DOT_T, QK_FP8=QK_FP8, P_FP8=P_FP8, V_F16=V_F16, F16_TILE=F16_TILE, ABLATE=ABLATE,
     )  # fmt: skip
 
 
 @triton.jit
-def _store_rows(
+def store_rows(
     out_ptr, lse_ptr, o, lse, token, head, offs_v, mask, stride_o_tok, stride_o_head,
     stride_lse_tok, stride_lse_head,
 ):  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 
 from conformance.engines.target import add_warning_filters, engine_target
 
-collect_ignore_glob = [] if importlib.util.find_spec("vllm") else ["vllm/*"]
+collect_ignore_glob = [] if importlib.util.find_spec("vllm") else ["vllm/*", "vllm_gpu/*"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -71,7 +71,7 @@ def write_model_config(directory: Path, *, heads: int = 16) -> Path:
     config = {
         "architectures": ["DeepseekV2ForCausalLM"],
         "model_type": "deepseek_v2",
-        "hidden_size": 1024,
+        "hidden_size": 1024 if 1024 % heads == 0 else 64 * heads,  # transformers: a multiple
         "num_attention_heads": heads,
         "num_key_value_heads": heads,
         "num_hidden_layers": len(LAYER_NAMES),
@@ -219,8 +219,10 @@ class VllmEngine:
         """Every layer of the model, each without `omit`."""
         return {name: self.make_layer(omit=omit) for name in LAYER_NAMES}
 
-    def construct(self, builder: str, layers: Mapping[str, Any]) -> Any:
-        """vLLM's real metadata builder of `builder` over `layers`."""
+    def construct(
+        self, builder: str, layers: Mapping[str, Any], *, device: torch.device | None = None
+    ) -> Any:
+        """vLLM's real metadata builder of `builder` over `layers` (on the CPU by default)."""
         from vllm.config import set_current_vllm_config
 
         target = BUILDERS[builder]
@@ -232,7 +234,7 @@ class VllmEngine:
         backend = getattr(importlib.import_module(f"{MLA_PACKAGE}.{target.module}"), target.backend)
         with set_current_vllm_config(self.config):
             return backend.get_builder_cls()(
-                self.kv_cache_spec(), list(layers), self.config, torch.device("cpu")
+                self.kv_cache_spec(), list(layers), self.config, device or torch.device("cpu")
             )
 
     def build(self, builder: Any, record: Any) -> Any:
@@ -244,6 +246,8 @@ class VllmEngine:
 
     def record(self, spec: BatchSpec, *, omit: Iterable[str] = ()) -> Any:
         """vLLM's own record of `spec`, from the suite's batch factory, less `omit`."""
-        return to_engine_record(
-            make_cam(spec, block_size=self.block_size), self.record_cls, omit=omit
-        )
+        return self.record_of(make_cam(spec, block_size=self.block_size), omit=omit)
+
+    def record_of(self, cam: Any, *, omit: Iterable[str] = ()) -> Any:
+        """vLLM's own record with the values of the suite's record `cam`, less `omit`."""
+        return to_engine_record(cam, self.record_cls, omit=omit)

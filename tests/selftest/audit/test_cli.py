@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from conformance.audit import RULES
+from conformance.audit.sites import VLLM
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -53,7 +54,11 @@ def test_sarif_log_is_2_1_0_with_rules_results_and_notifications(tmp_path, engin
     log = json.loads(out)
     assert status == 2 and log["version"] == "2.1.0" and "sarif-2.1.0" in log["$schema"]
     run = log["runs"][0]
-    assert [r["id"] for r in run["tool"]["driver"]["rules"]] == list(RULES)
+    rules = run["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules] == list(VLLM.rules) == [c for c in RULES if c != "STUB005"]
+    summaries = {r["id"]: r["shortDescription"]["text"] for r in rules}
+    assert "CommonAttentionMetadata" in summaries["CAM005"]
+    assert "AttentionLayerBase" in summaries["STUB003"]
     levels = {r["level"] for r in run["results"]}
     assert levels == {"error", "warning", "note"}
     result = run["results"][0]

@@ -224,6 +224,16 @@ STANDIN_IMPL = """\
 
         def fill(self):
             self.cache = {1: 2}
+
+        def reset(self):
+            self.metrics_list = []
+
+        def total(self):
+            return self._count(self.heads)
+
+        @staticmethod
+        def _count(batch):
+            return batch.metrics_list
     """
 
 
@@ -240,6 +250,7 @@ STANDIN_IMPL = """\
         ("impl.dtype = 'x'\n    impl.forward()", [("heads",)]),  # 'rare' is on one branch
         ("impl.fill()\n    assert impl.cache", []),  # read after a call that sets it
         ("object.__setattr__(impl, 'heads', 1)\n    impl.forward()", [("dtype",)]),
+        ("impl.heads = 1\n    impl.total()", []),  # a static method's parameter is not self
     ],
 )
 def test_standin_reads_on_every_path_only(tmp_path, write_tree, body, expected):

@@ -100,7 +100,8 @@ def test_the_engine_record_is_the_declarations_entry(tmp_path: Path) -> None:
     from conformance.signoff.machine import StaticView, known_backends
     from conformance.targets import BUILTIN_TARGETS, engine_names
 
-    assert VLLM is BUILTIN_TARGETS["vllm"] and engine_names() == ("vllm", "sglang")
+    assert VLLM is BUILTIN_TARGETS["vllm"]
+    assert engine_names() == ("vllm", "vllm_gpu", "sglang")
     assert (VLLM.kind, VLLM.default, VLLM.release) == ("engine", False, False)
     assert "vllm" in known_backends(StaticView(names=("cpu",)), tmp_path)
     (tmp_path / "nothing.xml").write_text("<testsuites/>")

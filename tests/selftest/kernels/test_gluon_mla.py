@@ -112,7 +112,7 @@ def test_default_launch_is_gluon_and_triton_stays_selectable(gluon_launches) -> 
 
 
 # --------------------------------------------------------------------------------------------
-# e4m3 q and KV (kernels/gluon_mla/fp8_kernel.py)
+# e4m3 q and KV (kernels/gluon_mla/decode_kernel.py over an e4m3 cache)
 # --------------------------------------------------------------------------------------------
 
 needs_fp8 = pytest.mark.skipif(FP8 is None, reason="torch has no float8_e4m3fn")

@@ -17,7 +17,7 @@ class Layer:
     peers: bool = False
 
 
-# Bottom to top, as README's Layout says. A package may import its own floor's peers only
+# Bottom to top, as docs/layout.md says. A package may import its own floor's peers only
 # where ``peers`` is set, and any floor below.
 LAYERS: tuple[Layer, ...] = (
     Layer(("conformance.aiter_kernels",)),  # a vendor's kernel tables, read by applicability
@@ -125,6 +125,23 @@ def package_graph(graph: Mapping[str, set[str]], layers: Sequence[Layer] = LAYER
             result.setdefault(a, set())
             if a != b:
                 result[a].add(b)
+    return result
+
+
+def inner_package_graph(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph one level inside the top packages: between their packages and
+    top-level modules (``kernels.triton_mla``, ``kernels.gluon_mla``, ``kernels.plan_slice``),
+    which may share a floor's member and still must import one way."""
+
+    def inner(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    result: dict[str, set[str]] = {}
+    for source, targets in graph.items():
+        result.setdefault(inner(source), set())
+        for target in targets:
+            if inner(target) != inner(source):
+                result[inner(source)].add(inner(target))
     return result
 
 

@@ -1,6 +1,6 @@
-"""Imports run one way: no circle between modules or packages, no arrow running back up the
-floors of README's Layout (`import_graph.LAYERS`), every module on a floor. Each rule is shown
-to reject a small tree that breaks it."""
+"""Imports run one way: no circle between modules or packages (nor between the packages inside
+one), no arrow running back up the floors of docs/layout.md (`import_graph.LAYERS`), every
+module on a floor. Each rule is shown to reject a small tree that breaks it."""
 
 from __future__ import annotations
 
@@ -34,6 +34,12 @@ def test_no_module_imports_itself_in_a_circle(graph: dict[str, set[str]]) -> Non
 
 def test_no_package_imports_itself_in_a_circle(graph: dict[str, set[str]]) -> None:
     assert graph_module.cycles(graph_module.package_graph(graph)) == []
+
+
+def test_no_package_inside_a_package_imports_itself_in_a_circle(
+    graph: dict[str, set[str]],
+) -> None:
+    assert graph_module.cycles(graph_module.inner_package_graph(graph)) == []
 
 
 def test_no_arrow_runs_back_up_the_layers(graph: dict[str, set[str]]) -> None:
@@ -82,6 +88,10 @@ def test_a_module_circle_is_rejected_however_it_imports(tmp_path: Path, back: st
 PACKAGE_CIRCLE = {"mid_a/__init__.py": "", "mid_a/one.py": "from mid_b.two import g\n",
                   "mid_b/__init__.py": "", "mid_b/two.py": "def g():\n    import mid_a.three\n",
                   "mid_a/three.py": ""}  # fmt: skip
+# low.a.x -> low.b.y -> low.a.z: one floor's member, but a circle of the packages inside it
+INNER_CIRCLE = {"low/__init__.py": "", "low/a/__init__.py": "", "low/b/__init__.py": "",
+                "low/a/x.py": "from low.b.y import f\n", "low/a/z.py": "",
+                "low/b/y.py": "def f():\n    from low.a import z\n"}  # fmt: skip
 # low -> top (up), mid_a -> mid_b (peers that may not), mid_a -> low and top -> mid_a (down)
 WRONG_WAY = {"low/__init__.py": "from top import tool\n", "mid_b/__init__.py": "import low\n",
              "mid_a/__init__.py": "from .. import low\nfrom mid_b import x\n",
@@ -92,6 +102,12 @@ def test_a_package_circle_is_rejected(tmp_path: Path) -> None:
     graph = _tree(tmp_path, PACKAGE_CIRCLE)
     assert graph_module.cycles(graph) == []
     assert graph_module.cycles(graph_module.package_graph(graph, LAYERS)) == [["mid_a", "mid_b"]]
+
+
+def test_a_circle_of_the_packages_inside_a_package_is_rejected(tmp_path: Path) -> None:
+    graph = _tree(tmp_path, INNER_CIRCLE)
+    assert graph_module.cycles(graph_module.package_graph(graph, LAYERS)) == []
+    assert graph_module.cycles(graph_module.inner_package_graph(graph)) == [["low.a", "low.b"]]
 
 
 def test_an_arrow_back_up_and_one_between_peers_are_rejected(tmp_path: Path) -> None:

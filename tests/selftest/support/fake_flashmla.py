@@ -130,6 +130,12 @@ class DenseOps:
         CALLS.append(("dense", dict(locals())))
         _check(q.dtype == torch.bfloat16 and q.dim() == 4, "q: bf16 [b, s_q, h_q, 576]")
         _check(head_dim_v == HEAD_DIM_V, "head_dim_v must be 512")
+        b, s_q, h_q, _ = q.shape  # FlashMLA folds the query tokens into the heads
+        folded = (b, 1, s_q * h_q, HEAD_DIM_V)
+        _check(
+            out is None or tuple(out.shape) == folded,
+            "out must have shape (batch_size, num_heads, q_seq_per_hk, head_size_v)",
+        )
         if tile_scheduler_metadata is None:
             tile_scheduler_metadata, num_splits = make_schedule(cache_seqlens)
         o, lse = _attend(

@@ -21,8 +21,7 @@ def test_every_common_pattern_matches_a_file() -> None:
 
 @pytest.mark.parametrize("name", list(BUILTIN_TARGETS))
 def test_every_behaviour_pattern_of_a_built_in_target_matches_a_file(name: str) -> None:
-    patterns = getattr(BUILTIN_TARGETS[name], "behaviour_files", ())
-    assert unmatched_patterns(patterns, REPO_ROOT) == []
+    assert unmatched_patterns(BUILTIN_TARGETS[name].behaviour_files, REPO_ROOT) == []
 
 
 def test_a_pattern_of_a_moved_module_is_named(tmp_path: Path) -> None:

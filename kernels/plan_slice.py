@@ -1,8 +1,9 @@
 """A program's slice of the plan and one work's bounds: scalar Triton device functions.
 
-Shared by the plain-Triton decode (`kernels.triton_mla.decode_kernel`) and the Gluon decode
-(`kernels.gluon_mla.decode_kernel`, which calls them as they are: they touch scalars only).
-The test-hook faults that live here (`FAULTS` 1, 2 and 4) thus break both kernels alike.
+Shared by the plain-Triton decode (`kernels.triton_mla`) and the Gluon decodes
+(`kernels.gluon_mla`, which call them as they are: they touch scalars only), so it sits
+beside both packages and imports neither. The test-hook faults that live here
+(`kernels.triton_mla.FAULTS` 1, 2 and 4) thus break every kernel alike.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _program_slice(
+def program_slice(
     work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value, sm_scale_log2,
     SCALES_IN_MEMORY: tl.constexpr, GROUP_MODE: tl.constexpr, FAULT: tl.constexpr,
 ):  # fmt: skip
@@ -45,7 +46,7 @@ def _program_slice(
 
 
 @triton.jit
-def _work_span(
+def work_span(
     work_info_ptr, w, qo_indptr_ptr, kv_indptr_ptr, kv_last_page_lens_ptr, heads_per_work,
     fold_ratio, grp, PAGE_SIZE: tl.constexpr, GROUP_MODE: tl.constexpr, FAULT: tl.constexpr,
 ):  # fmt: skip

@@ -1,0 +1,229 @@
+"""A small SGLang-shaped tree for the audit's SGLang selftests (test_sglang.py).
+
+Written from the shapes the audit must tell apart, not from SGLang's code, at the dotted paths
+SGLang's committed facts name (``reports/engines/sglang-0.5.23.facts.json``): a
+``ForwardBatch`` dataclass whose optional fields are the ones the facts measured, an
+attention-backend base, the three backends the facts saw build (each constructed over a model
+runner, each with an ``init_forward_metadata`` builder), the registry ``ATTENTION_BACKENDS``, a
+``ModelRunner`` whose ``forward`` also takes the batch (a driver, not a consumer), and a test kit
+like SGLang's MLA kit: a tiny model config, a mock runner storing it, a registry call and a batch
+maker that fills fields after building the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from conformance.engines.facts import EngineFacts
+
+VERSION = "0.5.23"
+
+RECORD = """\
+    from dataclasses import dataclass
+    from enum import IntEnum, auto
+
+
+    class ForwardMode(IntEnum):
+        EXTEND = auto()
+        DECODE = auto()
+        MIXED = auto()
+        TARGET_VERIFY = auto()
+
+        def is_extend(self):
+            return self in (ForwardMode.EXTEND, ForwardMode.MIXED)
+
+        def is_target_verify(self):
+            return self == ForwardMode.TARGET_VERIFY
+
+
+    @dataclass
+    class ForwardBatch:
+        forward_mode: ForwardMode
+        batch_size: int
+        seq_lens: object
+{optional}
+    """
+
+BASE = """\
+    class AttentionBackend:
+        def init_forward_metadata(self, forward_batch):
+            raise NotImplementedError
+    """
+
+BACKEND = """\
+    from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+
+    class {name}(AttentionBackend):
+        def __init__(self, model_runner):
+            self.device = model_runner.device
+
+        def init_forward_metadata(self, forward_batch: ForwardBatch):
+            self.total = forward_batch.seq_lens.sum()
+            if forward_batch.forward_mode.is_target_verify():
+                self.draft = forward_batch.spec_info.draft_token_num
+    """
+
+PLAIN_BACKEND = """\
+    from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+
+    class PlainAttnBackend(AttentionBackend):
+        def __init__(self, model_runner):
+            self.device = model_runner.device
+
+        def init_forward_metadata(self, forward_batch: ForwardBatch):
+{read}
+    """
+
+REGISTRY = """\
+    ATTENTION_BACKENDS = {}
+
+
+    def register_attention_backend(name):
+        def decorator(fn):
+            ATTENTION_BACKENDS[name] = fn
+            return fn
+
+        return decorator
+
+
+    @register_attention_backend("aiter")
+    def create_aiter_backend(runner):
+        from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
+
+        return AiterAttnBackend(runner)
+    """
+
+RUNNER = """\
+    class ModelRunner:
+        def forward(self, forward_batch):
+            return forward_batch.split_index.start
+    """
+
+KIT = """\
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+
+    class TinyModelConfig:
+        def __init__(self, heads):
+            self.num_attention_heads = heads
+{config}
+
+
+    class MockRunner(ModelRunner):
+        def __init__(self, *, model_config):
+            self.model_config = model_config
+{runner}
+
+
+    def make_batch(mode, runner):
+        batch = ForwardBatch(forward_mode=mode, batch_size=1, seq_lens=[3])
+        if mode.is_extend():
+{later}
+        return batch
+
+
+    def make_decode_batch(runner):
+        return ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=1, seq_lens=[3])
+
+
+    def build_fixture(case):
+        config = TinyModelConfig(4)
+        runner = MockRunner(model_config=config)
+        try:
+            backend = ATTENTION_BACKENDS[case.backend](runner)
+        except (AssertionError, ImportError):
+            return None
+        backend.init_forward_metadata(make_batch(case.forward_mode, runner))
+        backend.init_forward_metadata(make_decode_batch(runner))
+        return backend
+    """
+
+_PACKAGES = (
+    "sglang",
+    "sglang/srt",
+    "sglang/srt/model_executor",
+    "sglang/srt/layers",
+    "sglang/srt/layers/attention",
+    "sglang/test",
+    "sglang/test/kits",
+)
+_BACKENDS = {
+    "aiter_backend": "AiterAttnBackend",
+    "triton_backend": "TritonAttnBackend",
+    "torch_native_backend": "TorchNativeAttnBackend",
+}
+
+
+def _lines(indent: int, lines: Iterable[str]) -> str:
+    return "\n".join(" " * indent + line for line in lines) or " " * indent + "pass"
+
+
+def required_of_runner(facts: EngineFacts) -> tuple[list[str], list[str]]:
+    """(the runner attributes, the model-config attributes) the measured builders required."""
+    paths = {p for b in facts.builders.values() for p in b.required}
+    config = sorted(p.split(".", 1)[1] for p in paths if p.startswith("model_config."))
+    runner = sorted(p for p in paths if "." not in p and p != "model_config")
+    return runner, config
+
+
+def needed_fields(facts: EngineFacts) -> list[str]:
+    """The optional record fields a measured builder needed on some batch kind."""
+    return sorted(name for name, field in facts.fields.items() if field.needed_by)
+
+
+def sglang_files(
+    facts: EngineFacts,
+    *,
+    config_lacks: Iterable[str] = (),
+    later_lacks: Iterable[str] = (),
+    plain_read: str = "",
+) -> dict[str, str]:
+    """The tree's files. The kit's model config and runner carry every attribute `facts` say a
+    builder required, but `config_lacks`; its batch maker fills every needed field after
+    building the batch, but `later_lacks`. With `plain_read`, a ``PlainAttnBackend`` whose
+    ``init_forward_metadata`` body is those lines, and a test that names it."""
+    runner_attrs, config_attrs = required_of_runner(facts)
+    skip = set(config_lacks)
+    config = [f"self.{a} = None" for a in config_attrs if a not in skip]
+    runner = [f"self.{a} = None" for a in runner_attrs]
+    later = [f"batch.{f} = [1]" for f in needed_fields(facts) if f not in set(later_lacks)]
+    optional = sorted({*facts.fields, "spec_info", "positions", "split_index"})
+    files = {f"{package}/__init__.py": "" for package in _PACKAGES}
+    files["sglang/_version.py"] = f"__version__ = version = '{VERSION}'\n"
+    files["sglang/srt/model_executor/forward_batch_info.py"] = RECORD.replace(
+        "{optional}", _lines(8, (f"{name}: object = None" for name in optional))
+    )
+    files["sglang/srt/model_executor/model_runner.py"] = RUNNER
+    files["sglang/srt/layers/attention/base_attn_backend.py"] = BASE
+    files["sglang/srt/layers/attention/attention_registry.py"] = REGISTRY
+    for module, name in _BACKENDS.items():
+        files[f"sglang/srt/layers/attention/{module}.py"] = BACKEND.replace("{name}", name)
+    files["sglang/test/kits/mla_kit.py"] = (
+        KIT.replace("{config}", _lines(12, config))
+        .replace("{runner}", _lines(12, runner))
+        .replace("{later}", _lines(12, later))
+    )
+    if plain_read:
+        files["sglang/srt/layers/attention/plain_backend.py"] = PLAIN_BACKEND.replace(
+            "{read}", _lines(12, plain_read.splitlines())
+        )
+        files["sglang/test/test_plain.py"] = PLAIN_TEST
+    return files
+
+
+PLAIN_TEST = """\
+    from sglang.srt.layers.attention.plain_backend import PlainAttnBackend
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+
+    def test_plain(runner):
+        backend = PlainAttnBackend(runner)
+        batch = ForwardBatch(forward_mode=ForwardMode.EXTEND, batch_size=1, seq_lens=[3])
+        backend.init_forward_metadata(batch)
+    """

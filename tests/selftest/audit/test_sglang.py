@@ -1,0 +1,166 @@
+"""The audit on an SGLang tree, judged by SGLang's committed facts: its record
+(``ForwardBatch``, filled after it is built), its builders (each backend's
+``init_forward_metadata``, constructed over a model runner through ``ATTENTION_BACKENDS``).
+
+Negative controls: a test kit whose model config lacks the ``dtype`` SGLang's
+``AiterAttnBackend.__init__`` was measured to require (#38, the #52139 shape one level up)
+is a STUB005 finding, and the kit that carries it is clean; a batch maker that leaves out a
+field a measured backend needed is a CAM001 finding, and one that fills it after building the
+batch is clean.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conformance.audit import Options, run_audit
+from conformance.audit.sites import SGLANG, sites_for
+from conformance.engines.facts import FactsError, read_facts, write_facts
+
+from doc_lists import ROOT
+from engine_facts import make_facts
+
+_TREE = runpy.run_path(str(Path(__file__).with_name("sglang_tree.py")))
+sglang_files = _TREE["sglang_files"]
+FACTS_DIR = ROOT / "reports" / "engines"
+FACTS = read_facts(FACTS_DIR / f"sglang-{_TREE['VERSION']}.facts.json")
+KIT = "sglang/test/kits/mla_kit.py"
+
+
+def _audit(tmp_path: Path, write_tree, facts=FACTS, **files_options):
+    root = write_tree(tmp_path, sglang_files(FACTS, **files_options))
+    report = run_audit([root], options=Options(jobs=1), facts=facts, sites=SGLANG)
+    found = [(Path(f.path).name, f.code, f.names) for f in report.findings]
+    return found, report
+
+
+def test_the_committed_facts_name_sglang_s_record_and_the_backends_the_kit_reaches():
+    assert sites_for(FACTS) is SGLANG
+    assert FACTS.record_class.endswith(".ForwardBatch")
+    assert "model_config.dtype" in FACTS.builders["aiter"].required
+    assert "model_config.dtype" not in FACTS.builders["triton"].required
+
+
+def test_a_kit_model_config_without_dtype_is_found_and_the_fixed_one_is_clean(tmp_path, write_tree):
+    found, report = _audit(tmp_path / "seeded", write_tree, config_lacks=["dtype"])
+    assert found == [("mla_kit.py", "STUB005", ("model_config.dtype",))]
+    message = report.findings[0].message
+    assert "MockRunner(...) handed to ATTENTION_BACKENDS[...]" in message
+    assert "aiter (measured) needs it" in message and "fine for torch_native and triton" in message
+    assert "aiter without model_config.dtype: AttributeError" in message
+    assert report.context["stubs"]["runner_stubs_judged"] == 1
+    fixed, report = _audit(tmp_path / "fixed", write_tree)
+    assert fixed == []
+    assert report.context["stubs"]["runner_stubs_judged"] == 1
+
+
+def test_a_config_lacking_what_two_backends_require_names_both(tmp_path, write_tree):
+    found, report = _audit(tmp_path, write_tree, config_lacks=["dtype", "head_dim"])
+    assert found == [("mla_kit.py", "STUB005", ("model_config.dtype", "model_config.head_dim"))]
+    assert "aiter and triton (measured) need it" in report.findings[0].message
+
+
+def test_runner_stubs_are_judged_by_measured_facts_only(tmp_path, write_tree):
+    root = write_tree(tmp_path, sglang_files(FACTS, config_lacks=["dtype"]))
+    report = run_audit([root], options=Options(jobs=1), sites=SGLANG)
+    assert [f.code for f in report.findings] == []
+    assert report.context["stubs"]["runner_stubs_judged"] == 0
+
+
+def test_a_field_filled_after_the_batch_is_built_counts_as_passed(tmp_path, write_tree):
+    found, report = _audit(tmp_path / "seeded", write_tree, later_lacks=["extend_seq_lens"])
+    assert found == [("mla_kit.py", "CAM001", ("extend_seq_lens",))]
+    message = report.findings[0].message
+    assert message.startswith("ForwardBatch(...) in make_batch leaves out extend_seq_lens")
+    assert "chosen at run time from ATTENTION_BACKENDS" in message
+    assert "(measured on decode/mixed/prefill batches)" in message
+    assert _audit(tmp_path / "fixed", write_tree)[0] == []
+
+
+def test_a_literal_decode_batch_is_judged_on_decodes_only(tmp_path, write_tree):
+    # make_decode_batch passes ForwardMode.DECODE and sets none of the extend fields, which
+    # the backends were measured to need on mixed and extend batches only
+    assert _audit(tmp_path / "decode", write_tree)[0] == []
+    files = sglang_files(FACTS)
+    files[KIT] = files[KIT].replace("forward_mode=ForwardMode.DECODE", "forward_mode=runner.mode")
+    root = write_tree(tmp_path / "any", files)
+    report = run_audit([root], facts=FACTS, options=Options(jobs=1))
+    [finding] = report.findings
+    assert (finding.code, finding.qualname) == ("CAM001", "make_decode_batch")
+    assert set(finding.names) == set(_TREE["needed_fields"](FACTS))
+
+
+@pytest.mark.parametrize(
+    ("read", "expected"),
+    [
+        ("self.p = forward_batch.positions.max()", [("positions",)]),
+        # a read on some modes of the batch only: not required of every batch
+        (
+            "if forward_batch.forward_mode.is_target_verify():\n"
+            "    self.p = forward_batch.positions.max()",
+            [],
+        ),
+        (
+            "if not forward_batch.forward_mode.is_extend():\n"
+            "    return\n"
+            "self.p = forward_batch.positions.max()",
+            [],
+        ),
+    ],
+)
+def test_static_reads_on_some_modes_only_are_not_required(tmp_path, write_tree, read, expected):
+    root = write_tree(tmp_path, sglang_files(FACTS, plain_read=read))
+    report = run_audit([root], options=Options(jobs=1), sites=SGLANG)
+    assert [f.names for f in report.findings if f.code == "CAM001"] == expected
+    if expected:
+        assert "read by PlainAttnBackend.init_forward_metadata" in report.findings[0].message
+
+
+def test_a_model_runner_is_a_driver_of_the_batch_not_a_consumer(tmp_path, write_tree):
+    # ModelRunner.forward dereferences split_index, and the kit names MockRunner(ModelRunner):
+    # only classes with init_forward_metadata consume SGLang's batch
+    root = write_tree(tmp_path, sglang_files(FACTS))
+    every_class = replace(SGLANG, consumer_method="")
+    charged = [("make_batch", ("split_index",)), ("make_decode_batch", ("split_index",))]
+    for sites, expected in ((SGLANG, []), (every_class, charged)):
+        report = run_audit([root], options=Options(jobs=1), facts=FACTS, sites=sites)
+        assert sorted((f.qualname, f.names) for f in report.findings) == expected
+
+
+def test_the_command_line_picks_sglang_s_facts_by_the_tree_s_release(tmp_path, write_tree, run_cli):
+    root = write_tree(tmp_path / "tree", sglang_files(FACTS, config_lacks=["dtype"]))
+    status, out, err = run_cli(str(root), "--facts", str(FACTS_DIR), "--format", "json")
+    assert status == 1, err
+    assert f"judging sglang {_TREE['VERSION']} (read from sglang/_version.py)" in err
+    document = json.loads(out)
+    assert [f["code"] for f in document["findings"]] == ["STUB005"]
+    assert document["facts"]["engine"] == "sglang"
+    status, out, _ = run_cli(str(root), "--facts", str(FACTS_DIR), "--format", "sarif")
+    rules = {r["id"]: r for r in json.loads(out)["runs"][0]["tool"]["driver"]["rules"]}
+    assert list(rules) == list(SGLANG.rules)
+    assert "ForwardBatch" in rules["CAM005"]["shortDescription"]["text"]
+
+
+def test_facts_of_another_engine_than_the_tree_s_are_refused(tmp_path, write_tree, run_cli):
+    root = write_tree(tmp_path / "tree", sglang_files(FACTS))
+    vllm_facts = tmp_path / "vllm.json"
+    write_facts(vllm_facts, make_facts())
+    for argv in (
+        ("--facts", str(vllm_facts)),
+        ("--facts", str(FACTS_DIR / f"sglang-{_TREE['VERSION']}.facts.json"), "--engine", "vllm"),
+    ):
+        status, out, err = run_cli(str(root), *argv)
+        assert status == 2 and out == ""
+        [line] = err.strip().splitlines()
+        assert line.startswith("audit: error: ") and "engine" in line
+
+
+def test_facts_whose_record_is_not_the_engine_s_are_refused():
+    wrong = replace(make_facts(), engine="sglang")
+    with pytest.raises(FactsError, match="is not sglang's record ForwardBatch"):
+        sites_for(wrong)
