@@ -79,6 +79,7 @@ def write_sidecar(
         facts=facts_file.as_posix(),
         counts=junit_counts(junit),
         stood_in=facts.get("stood_in"),
+        gpus=facts.get("gpus"),
     )
     record = RunRecord(
         backend=target.name,

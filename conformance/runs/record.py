@@ -82,6 +82,8 @@ class EngineRun:
     stood_in: Sequence[str] | None = None
     """The engine's modules its tests stood in (a GPU target's facts name them); None: the
     facts say nothing of stand-ins (the key is left out)."""
+    gpus: Sequence[str] | None = None
+    """The GPUs its tests saw (a GPU target's facts name them); None: the key is left out."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,7 @@ class RunRecord:
             "facts": engine.facts,
             "counts": dict(engine.counts),
             **self.machine.to_json(),
+            **({} if engine.gpus is None else {"gpus": list(engine.gpus)}),
         }
 
 

@@ -2,7 +2,7 @@
 
 Without the engine installed, nothing here is collected: the engine session says why. The
 deprecation warnings the engine's own stack raises as it imports are filtered
-(`EngineDetails.quiet_warnings`), so the summary shows those of the code under test.
+(`EngineTarget.quiet_warnings`), so the summary shows those of the code under test.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Fixtures of vLLM's GPU decode tests: one `VllmDecodeBackend` per implementation and run.
 
-Each implementation's status (ran, or why not) and what vLLM imported as a stand-in
-(`conformance.engines.vllm.extensions`: a bundle without vLLM's wheel) are written to
-``$MLA_ENGINE_FACTS`` when set: the run's sidecar names them.
+Each implementation's status (ran, or why not), the GPUs seen and what vLLM imported as a
+stand-in (`conformance.engines.vllm.extensions`: a bundle without vLLM's wheel) are written
+to ``$MLA_ENGINE_FACTS`` when set: the run's sidecar names them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 from conformance.engines.vllm.decode import IMPLEMENTATIONS, VllmDecodeBackend
 from conformance.engines.vllm.extensions import stood_in
+from conformance.runs.provenance import gpu_names
 
 FACTS_ENV = "MLA_ENGINE_FACTS"
 
@@ -40,6 +41,7 @@ def implementations(workdir: Path) -> Iterator[dict[str, VllmDecodeBackend]]:
             statuses[name] = {"status": "ran" if available.available else available.reason}
         document = {"engine": "vllm", "version": vllm.__version__, "builders": statuses}
         document["stood_in"] = stood_in()
+        document["gpus"] = gpu_names()
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         Path(target).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
 
