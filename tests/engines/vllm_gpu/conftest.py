@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.engines.vllm.adapter import register_architecture_standin
 from conformance.engines.vllm.decode import IMPLEMENTATIONS, VllmDecodeBackend
 from conformance.engines.vllm.extensions import stood_in
 from conformance.runs.provenance import gpu_names
@@ -28,7 +29,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def implementations(workdir: Path) -> Iterator[dict[str, VllmDecodeBackend]]:
-    """Every implementation of `IMPLEMENTATIONS`; its status is written at the end."""
+    """Every implementation of `IMPLEMENTATIONS`; its status is written at the end. Where
+    vLLM's kernels are stood in, its model class is too (`register_architecture_standin`)."""
+    if stood_in():
+        register_architecture_standin()
     backends = {name: VllmDecodeBackend(name, workdir) for name in IMPLEMENTATIONS}
     yield backends
     target = os.environ.get(FACTS_ENV)
