@@ -17,6 +17,7 @@ Arguments: `conformance.ci.engine_options`; what the run leaves: `conformance.ci
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import json
 import os
 import re
@@ -441,6 +442,12 @@ def reach_interpreter(python: str) -> None:
     Path(purelib, "_engine_interpreter_site.pth").write_text(line + "\n", "utf-8")
 
 
+MAIN_USAGE = (
+    "usage: python -m conformance.ci.engine_session NAME [--tree PATH] [pytest arguments]\n"
+    "  the engine target NAME's tests with this interpreter's engine, installing nothing"
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m conformance.ci.engine_session NAME [options]``: the target's tests with this
     interpreter's engine, installing nothing (a machine without nox or internet, such as a GPU
@@ -449,15 +456,32 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0].startswith("-"):
-        print(main.__doc__.splitlines()[0].strip("`"), file=sys.stderr)  # type: ignore[union-attr]
+        print(MAIN_USAGE, file=sys.stderr)
         return USAGE_EXIT
     try:
         target = engine_target(args[0])
+    except KeyError as error:
+        print(f"engine_session: {error.args[0]}", file=sys.stderr)
+        return USAGE_EXIT
+    installing = [a for a in args[1:] if a.startswith((f"--{target.option}-version", "--pin"))]
+    if installing:
+        print(
+            f"engine_session: {installing[0]}: this command installs nothing; it runs the "
+            f"{target.distribution} this interpreter imports (nox -s {target.name} installs one)",
+            file=sys.stderr,
+        )
+        return USAGE_EXIT
+    if importlib.util.find_spec(target.distribution) is None:
+        print(
+            f"engine_session: this interpreter ({sys.executable}) has no {target.distribution}; "
+            f"install it, or put a bundle on PYTHONPATH (scripts/gpu_vllm.sh does)",
+            file=sys.stderr,
+        )
+        return 1
+    try:
         options = parse_options(target, [*args[1:], f"--{target.option}-from-interpreter"])
-        found, _ = interpreter_engine(target)
-        check_interpreter_version(target, options, found)
         version = _installed_version(sys.executable, target, options, print)
-    except (KeyError, EngineUsageError) as error:
+    except EngineUsageError as error:
         print(f"engine_session: {error}", file=sys.stderr)
         return USAGE_EXIT
     except EngineSessionError as error:

@@ -9,6 +9,7 @@ distribution the suite's packages shadow; the bundle carries only what vLLM impo
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -166,3 +167,22 @@ def test_a_wheel_without_flashmla_is_refused(tmp_path: Path) -> None:
         archive.writestr("vllm/__init__.py", "")
     with zipfile.ZipFile(wheel) as archive, pytest.raises(SystemExit, match="_flashmla_C"):
         carry.python_tree(archive, tmp_path)
+
+
+def test_the_session_without_nox_says_what_is_wrong_in_one_line(capsys) -> None:
+    """No target, an unknown one, an installing option, no engine in this interpreter: one
+    line each, usage errors exit 2, a missing engine 1; nothing runs."""
+    from conformance.ci.engine_session import USAGE_EXIT, main
+
+    cases = [
+        ([], USAGE_EXIT, "usage: python -m conformance.ci.engine_session NAME"),
+        (["nosuch"], USAGE_EXIT, "no engine target named 'nosuch'"),
+        (["vllm_gpu", "--vllm-version", "0.30.0"], USAGE_EXIT, "this command installs nothing"),
+        (["vllm_gpu", "--pin", "x==1"], USAGE_EXIT, "--pin: this command installs nothing"),
+    ]
+    if importlib.util.find_spec("vllm") is None:
+        cases.append((["vllm_gpu"], 1, "has no vllm; install it, or put a bundle on PYTHONPATH"))
+    for argv, code, said in cases:
+        assert main(argv) == code, argv
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, (argv, err)
