@@ -46,7 +46,7 @@ from conformance.signoff.report_json import backend_order, render_json, signoff_
 from conformance.signoff.report_md import render_markdown
 from conformance.signoff.substitution import substitute_evidence
 from conformance.signoff.verdict import evaluate_backend, overall_verdict
-from conformance.targets import BUILTIN_TARGETS
+from conformance.targets import BUILTIN_TARGETS, engine_names
 
 
 class SignoffUsageError(ValueError):
@@ -219,7 +219,9 @@ def run_signoff(options: SignoffOptions) -> SignoffResult:
     for backend in backend_order(shown):
         backend_input = inputs.get(backend) or BackendInput(backend)
         collected = None
-        if options.collect_now and (backend_input.has_input or backend in explicit):
+        # an engine's tests are collected by its own session (`conformance.ci.engine_junit`)
+        collectable = backend not in engine_names()
+        if options.collect_now and collectable and (backend_input.has_input or backend in explicit):
             try:
                 collector = options.collector or (lambda name: collect_ids(name, root=options.root))
                 collected = collector(backend)

@@ -107,3 +107,28 @@ def test_an_engine_run_records_no_expectation_file_and_draws_no_warning(document
 def test_family_of_a_plain_module_is_unchanged() -> None:
     assert family_of_node_id("tests/conformance/test_numerics.py::test_x") == "numerics"
     assert family_of_node_id("tests/engines/vllm/test_family_b.py::test_x") == "stubs"
+
+
+def test_a_collecting_sign_off_collects_the_backends_and_never_an_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--release`` (or ``--collect``) collects each backend's ids with the suite's plugin;
+    an engine's tests are collected by its own session, so asking the plugin for them would
+    only fail ("unknown backend 'vllm'") and block the verdict."""
+    reports = tmp_path / "reports"
+    _engine_run(reports, monkeypatch)
+    cpu_ids = node_ids("metadata", 2) + node_ids("stubs", 2)
+    write_backend(reports / "junit", "cpu", cpu_ids)
+    asked: list[str] = []
+
+    def collector(backend: str) -> list[str]:
+        asked.append(backend)
+        return list(cpu_ids)
+
+    options = offline_options(
+        reports, write=False, require=["vllm"], collect=True, collector=collector
+    )
+    result = run_signoff(options)
+    assert asked == ["cpu"]
+    assert result.backends["vllm"].status == Status.PASS, result.backends["vllm"].reason
+    assert not result.errors, result.errors
