@@ -34,6 +34,7 @@ from backends.base import (
     MLAMetadata,
 )
 from backends.common import PlanFreeBuilder
+from backends.flashmla.backend import to_suite_lse
 from conformance.engines.vllm.adapter import (
     BUILDERS,
     DIMS,
@@ -271,18 +272,16 @@ class VllmDecodeBackend(Backend):
         with set_current_vllm_config(batch.engine.config):
             out, lse = impl.forward_mqa(q, kv_cache, batch.metadata, layer)
         out = out.reshape(batch.tokens, q.shape[1], DIMS.kv_lora_rank)[:tokens]
-        lse = self.suite_lse(lse, batch.tokens)
+        lse = self.suite_lse(lse)
         return out.to(torch.bfloat16), None if lse is None else lse[:tokens]
 
-    def suite_lse(self, lse: torch.Tensor | None, tokens: int) -> torch.Tensor | None:
+    def suite_lse(self, lse: torch.Tensor | None) -> torch.Tensor | None:
         """vLLM's LSE as the suite's ``[T, H]`` natural-log fp32 (−inf: no token seen)."""
         if lse is None:
             return None
-        flat = lse.float()
-        if self.impl.lse_layout == "requests" and flat.dim() == 3:
-            flat = flat.transpose(1, 2).reshape(tokens, -1)
-            flat = torch.where(torch.isposinf(flat), torch.full_like(flat, float("-inf")), flat)
-        return flat
+        if self.impl.lse_layout == "requests" and lse.dim() == 3:
+            return to_suite_lse(lse)  # FlashMLA's [b, H, s_q], +inf where no token is seen
+        return lse.float()
 
     def provenance(self) -> dict[str, str]:
         import vllm
