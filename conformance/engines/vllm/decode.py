@@ -61,11 +61,20 @@ class Implementation:
     """Lowest compute capability (major * 10 + minor) it runs on."""
     lse_layout: str
     """``tokens``: ``[T, H]``; ``requests``: FlashMLA's ``[b, H, s_q]`` (+inf: no token)."""
+    non_causal: bool = False
+    """Its builder takes a non-causal multi-token decode (vLLM's class attribute
+    ``supports_non_causal_multi_token_decode``), which vLLM feeds it only for a group whose
+    layers ask for one (a DSpark drafter's)."""
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
     "TRITON_MLA": Implementation(
-        "TRITON_MLA", ((BF16, BF16), (BF16, E4M3)), (16, 64), 89, lse_layout="tokens"
+        "TRITON_MLA",
+        ((BF16, BF16), (BF16, E4M3)),
+        (16, 64),
+        89,
+        lse_layout="tokens",
+        non_causal=True,
     ),
     "FLASHMLA": Implementation(
         "FLASHMLA", ((BF16, BF16), (E4M3, E4M3)), (64,), 90, lse_layout="requests"
@@ -217,7 +226,11 @@ class VllmDecodeBackend(Backend):
         engine = self.engine(
             config.num_heads, cache_dtype, config.kv_cache.block_size, int(cam.max_query_len)
         )
-        builder = engine.construct(self.impl.name, engine.layers(), device=self.device)
+        layers = engine.layers()
+        if not cam.causal:
+            for layer in layers.values():  # as vLLM's MLAAttention of a DSpark drafter group
+                layer.non_causal_multi_token_decode = True
+        builder = engine.construct(self.impl.name, layers, device=self.device)
         padded = as_vllm_pads(cam)
         metadata = engine.build(builder, engine.record_of(padded))
         if self.fault is Fault.SEQ_LEN_OFF_BY_ONE:

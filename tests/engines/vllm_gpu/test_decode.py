@@ -41,9 +41,11 @@ BF16Q_FP8KV_GOLDEN = "triton-h32-bf16q-fp8kv-q4-p1-cu132-tail"
 
 def fed(impl: str, case: GoldenCase) -> bool:
     """Whether vLLM feeds `impl` this batch: its dtypes are a pair the implementation
-    declares, and a vLLM record expresses it (kv never shorter than q)."""
+    declares, a vLLM record expresses it (kv never shorter than q), and a non-causal batch
+    only where the implementation takes one."""
+    spec = IMPLEMENTATIONS[impl]
     pair = (case.q_torch_dtype, case.kv_torch_dtype)
-    return case.via_builder and pair in IMPLEMENTATIONS[impl].dtype_pairs
+    return case.via_builder and pair in spec.dtype_pairs and (case.causal or spec.non_causal)
 
 
 GOLDENS = [(impl, case.id) for impl in IMPLEMENTATIONS for case in CASES if fed(impl, case)]

@@ -104,6 +104,22 @@ def test_a_padded_batch_is_padded_as_vllm_s_runner_pads_it() -> None:
     assert as_vllm_pads(unpadded) is unpadded
 
 
+def test_a_non_causal_batch_is_fed_only_to_an_implementation_that_takes_one() -> None:
+    """vLLM's builder refuses a non-causal multi-token decode unless its class supports one
+    and the group's layers ask for it; the GPU tests feed such a batch only there."""
+    path = Path(__file__).parents[2] / "engines" / "vllm_gpu" / "test_decode.py"
+    spec = importlib.util.spec_from_file_location("vllm_gpu_test_decode", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    non_causal = {c.id for c in module.CASES if not c.causal}
+    fed = {(impl, case_id) for impl, case_id in module.GOLDENS if case_id in non_causal}
+    assert non_causal and fed
+    assert {impl for impl, _ in fed} == {
+        name for name, impl in module.IMPLEMENTATIONS.items() if impl.non_causal
+    } == {"TRITON_MLA"}
+
+
 def test_a_finding_pattern_names_its_tests_and_no_other() -> None:
     pattern = "test_decode.py::test_lse_matches_golden[TRITON_MLA-*"
     node = "tests/engines/vllm_gpu/test_decode.py::test_lse_matches_golden[TRITON_MLA-case-a]"
