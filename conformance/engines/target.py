@@ -34,6 +34,10 @@ def add_warning_filters(config: Any, target: EngineTarget) -> None:
         config.addinivalue_line("filterwarnings", entry)
 
 
+KNOWN_FINDING = "known finding: "
+"""The reason prefix of a known finding's strict xfail (`mark_known_findings`)."""
+
+
 def finding_matches(nodeid: str, test: str) -> bool:
     """Whether a finding's test names `nodeid`: its end, or (a test ending in ``*``) every
     node id whose end starts with the rest (``test.py::test_x[TRITON_MLA-*``)."""
@@ -52,6 +56,17 @@ def mark_known_findings(items: list[Any], findings: Mapping[str, str]) -> list[s
     for item in items:
         for test, reason in findings.items():
             if finding_matches(item.nodeid, test):
-                item.add_marker(pytest.mark.xfail(strict=True, reason=f"known finding: {reason}"))
+                item.add_marker(pytest.mark.xfail(strict=True, reason=f"{KNOWN_FINDING}{reason}"))
                 matched.add(test)
     return sorted(set(findings) - matched)
+
+
+def declared_finding(target: str, version: str, nodeid: str, message: str) -> bool:
+    """Whether `message` is the xfail reason of a finding that engine `target` declares for
+    its release `version` on the test `nodeid` (what `mark_known_findings` wrote)."""
+    if target not in engine_names():
+        return False
+    return any(
+        message == f"{KNOWN_FINDING}{reason}" and finding_matches(nodeid, test)
+        for test, reason in engine_target(target).known_findings(version).items()
+    )

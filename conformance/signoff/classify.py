@@ -17,6 +17,8 @@
 - A skip is *expected* when the backend's expectation file lists it as ``skip:`` (or its reason
   carries the plugin's ``expected skip (...)`` prefix); any other skip is unexplained, and so is
   a skip with no reason (pytest's default ``Skipped`` / ``unconditional skip``).
+- An engine's strict xfail whose reason is a finding its target declares for the run's release
+  (``known finding: ...``, `conformance.engines.target.declared_finding`) is explained there.
 - A failure the expectation file lists as ``xfail:`` counts as xfail (the run predates the
   entry); a pass it lists is reported so the entry can be removed.
 """
@@ -24,7 +26,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from conformance.applicability import (
     LSE_NOT_APPLICABLE,
@@ -157,8 +159,11 @@ def classify(
     backend: str,
     expectations: Sequence[Expectation],
     declaration: Declaration | None = None,
+    declared_finding: Callable[[CaseResult], bool] = lambda case: False,
 ) -> tuple[list[CaseResult], list[str]]:
-    """Refine the outcomes of ``cases``; returns the new cases and warnings."""
+    """Refine the outcomes of ``cases``; returns the new cases and warnings.
+
+    ``declared_finding``: whether an xfail is a finding the engine target declares."""
     classified: list[CaseResult] = []
     warnings: list[str] = []
     for case in cases:
@@ -167,8 +172,10 @@ def classify(
         if outcome == Outcome.SKIPPED:
             outcome, message = _skip_outcome(case, backend, entry, declaration)
         elif outcome == Outcome.XFAIL:
-            if not message.startswith(EXPECTED_XFAIL_PREFIX) and (
-                entry is None or entry.kind != "xfail"
+            if (
+                not message.startswith(EXPECTED_XFAIL_PREFIX)
+                and (entry is None or entry.kind != "xfail")
+                and not declared_finding(case)
             ):
                 outcome = Outcome.SKIPPED
                 message = f"xfail with no expectation entry: {message or '(no reason)'}"

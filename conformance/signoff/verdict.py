@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.applicability import Declaration
+from conformance.engines.target import declared_finding
 from conformance.runs.expectations import Expectation
 from conformance.signoff.checks import (
     NOTHING_PASSED,
@@ -55,6 +56,7 @@ from conformance.signoff.model import (
     BackendResult,
     CaseResult,
     Outcome,
+    RunReport,
     Status,
     Verdict,
 )
@@ -68,6 +70,24 @@ def outcome_counts(cases: Iterable[CaseResult]) -> dict[str, int]:
 
 def _summary(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{number} {name}" for name, number in counts.items() if number)
+
+
+def engine_findings(backend: str, runs: Sequence[RunReport]) -> Callable[[CaseResult], bool]:
+    """Whether a case is a finding engine `backend` declares for its run's release (the
+    version its sidecar names); never for a backend that is no engine."""
+    versions = {
+        run.path.name: str(engine.get("version"))
+        for run in runs
+        if isinstance(engine := (run.sidecar or {}).get("engine"), dict)
+    }
+
+    def declared(case: CaseResult) -> bool:
+        version = versions.get(case.source)
+        return version is not None and declared_finding(
+            backend, version, case.node_id, case.message
+        )
+
+    return declared
 
 
 def evaluate_backend(
@@ -98,7 +118,11 @@ def evaluate_backend(
     raw_cases = [case for run in backend_input.runs for case in run.cases]
     declared = declaration_of(backend, backend_input.runs, declaration)
     cases, warnings = classify(
-        raw_cases, backend=backend, expectations=expectations, declaration=declared
+        raw_cases,
+        backend=backend,
+        expectations=expectations,
+        declaration=declared,
+        declared_finding=engine_findings(backend, backend_input.runs),
     )
     completeness = check_completeness(backend_input, collected=collected)
     integrity = integrity_issues(backend_input, expected_kind=expected_kind, collected=collected)

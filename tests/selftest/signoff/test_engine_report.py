@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from conformance.ci.engine_report import write_sidecar
-from conformance.engines.target import engine_target
+from conformance.engines.target import KNOWN_FINDING, engine_target
 from conformance.signoff.engine import run_signoff
 from conformance.signoff.loading import family_of_node_id
 from conformance.signoff.model import Status
 from conformance.signoff.report_html import render_html
 from conformance.signoff.report_json import signoff_document
 from conformance.signoff.report_md import provenance_text, render_markdown, run_times
+from conformance.targets import UNPADDED_DROPS_UPPER_BOUND
 
 from synthetic_reports import SyntheticCase, junit_xml, node_ids, offline_options, write_backend
 
@@ -132,3 +133,47 @@ def test_a_collecting_sign_off_collects_the_backends_and_never_an_engine(
     assert asked == ["cpu"]
     assert result.backends["vllm"].status == Status.PASS, result.backends["vllm"].reason
     assert not result.errors, result.errors
+
+
+FINDING = (
+    "tests/engines/vllm/test_family_a.py::test_transformation_keeps_every_needed_field[unpadded]"
+)
+FINDING_REASON = f"{KNOWN_FINDING}{UNPADDED_DROPS_UPPER_BOUND[FINDING.rpartition('/')[2]]}"
+
+
+@pytest.mark.parametrize(
+    ("version", "message", "status"),
+    [
+        ("0.29.0", FINDING_REASON, Status.PASS),  # the finding the target declares there
+        ("0.29.0", "known finding: something else", Status.INCOMPLETE),
+        ("0.33.0", FINDING_REASON, Status.INCOMPLETE),  # fixed there: no finding declared
+    ],
+)
+def test_an_engine_xfail_is_explained_only_by_a_finding_of_the_run_s_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, message: str, status: Status
+) -> None:
+    reports = tmp_path / "reports"
+    junit = reports / "junit" / "vllm.xml"
+    junit.parent.mkdir(parents=True)
+    cases = [SyntheticCase(node_id) for node_id in ENGINE_IDS]
+    cases.append(SyntheticCase(FINDING, "xfail", message))
+    junit.write_text(junit_xml(cases, suite_name="mla-vllm", record_node_ids=False))
+    facts = reports / "engines" / f"vllm-{version}.json"
+    facts.parent.mkdir(parents=True)
+    facts.write_text(json.dumps({"builders": {"TRITON_MLA": {"status": "built"}}}))
+    monkeypatch.chdir(reports.parent)
+    write_sidecar(
+        junit,
+        facts,
+        target=engine_target("vllm"),
+        version=version,
+        versions={"vllm": version, "torch": "2.9.0"},
+        exitstatus=0,
+        selection=None,
+    )
+    write_backend(reports / "junit", "cpu", node_ids("metadata", 2) + node_ids("stubs", 2))
+    result = run_signoff(offline_options(reports, write=False, require=["vllm"]))
+    vllm = result.backends["vllm"]
+    assert vllm.status == status, vllm.reason
+    if status == Status.INCOMPLETE:
+        assert "xfail with no expectation entry" in vllm.reason
