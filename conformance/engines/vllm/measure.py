@@ -7,7 +7,6 @@ conformance.engines.vllm.measure OUT`` writes them as a facts file.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from conformance.engines.vllm.adapter import (
     BUILDERS,
     LAYER_NAMES,
     VllmEngine,
+    backend_class,
     record_class,
     write_model_config,
 )
@@ -55,10 +55,10 @@ class Measurement:
 
     def engine(self, builder: str) -> VllmEngine:
         target = BUILDERS[builder]
-        key = (target.cache_dtype, target.block_size)
+        key = (target.cache_dtype, target.page_size)
         if key not in self._engines:
             self._engines[key] = VllmEngine(
-                self.model_dir, cache_dtype=target.cache_dtype, block_size=target.block_size
+                self.model_dir, cache_dtype=target.cache_dtype, block_size=target.page_size
             )
         return self._engines[key]
 
@@ -79,10 +79,8 @@ class Measurement:
     # -- per builder --------------------------------------------------------------------
 
     def builder_facts(self, builder: str) -> BuilderFacts:
-        target = BUILDERS[builder]
         try:
-            module = importlib.import_module(f"vllm.v1.attention.backends.mla.{target.module}")
-            cls = getattr(module, target.backend).get_builder_cls()
+            cls = backend_class(builder).get_builder_cls()
         except Exception as error:  # an engine module that does not import is a finding
             return BuilderFacts(cls="", status="not-run", reason=checks.one_line(error))
         name = f"{cls.__module__}.{cls.__qualname__}"
