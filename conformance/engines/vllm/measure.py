@@ -17,9 +17,11 @@ from conformance.engines.facts import (
     BuilderFacts,
     EngineFacts,
     FieldFacts,
+    TransformFacts,
     optional_field_facts,
     write_facts,
 )
+from conformance.engines.measurement import engine_facts
 from conformance.engines.vllm.adapter import (
     BUILDERS,
     LAYER_NAMES,
@@ -83,8 +85,7 @@ class Measurement:
             cls = backend_class(builder).get_builder_cls()
         except Exception as error:  # an engine module that does not import is a finding
             return BuilderFacts(cls="", status="not-run", reason=checks.one_line(error))
-        name = f"{cls.__module__}.{cls.__qualname__}"
-        bases = tuple(f"{b.__module__}.{b.__qualname__}" for b in cls.__mro__[1:-1])
+        name, bases = checks.dotted_name(cls), checks.base_names(cls)
         constructed = checks.attempt(lambda: self.construct(builder))
         if not constructed.ok:
             return BuilderFacts(cls=name, bases=bases, status="not-run", reason=constructed.error)
@@ -150,24 +151,22 @@ class Measurement:
                 needs.setdefault(field_name, {}).update(errors)
         return optional_field_facts(optional, needs)
 
+    def transformation_facts(self) -> dict[str, TransformFacts]:
+        """What each of vLLM's transformations of the record drops (measured with TRITON_MLA)."""
+        from conformance.engines.vllm.transforms import transformation_facts
+
+        return transformation_facts(self.engine("TRITON_MLA"))
+
+    def provenance(self, built: list[str]) -> dict[str, Any]:
+        """Nothing beside the builders that built."""
+        return {}
+
 
 def measure(workdir: Path, *, version: str, builders: list[str] | None = None) -> EngineFacts:
     """Every measurement of the installed vLLM, as `EngineFacts`."""
-    from conformance.engines.vllm.transforms import transformation_facts
-
-    run = Measurement(workdir)
     names = builders or list(BUILDERS)
-    facts = {name: run.builder_facts(name) for name in names}
-    built = [name for name, f in facts.items() if f.status == "built"]
-    cls = record_class()
-    return EngineFacts(
-        engine="vllm",
-        version=version,
-        **checks.record_facts(cls),
-        builders=facts,
-        fields=run.field_facts(built),
-        transformations=transformation_facts(run.engine("TRITON_MLA")),
-        provenance={"builders_built": built},
+    return engine_facts(
+        Measurement(workdir), names, engine="vllm", version=version, record_class=record_class
     )
 
 
