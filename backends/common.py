@@ -245,11 +245,20 @@ class MLACommonBuilder(MetadataBuilder):
 class PlanFreeBuilder(MLACommonBuilder):
     """The shared builder without a work plan: decode metadata of paged-KV CSR lists only.
 
-    For a backend that schedules its own way (``plan_format = None``); it may attach its
-    own scheduler metadata (`DecodeMetadata.scheduler`) in a subclass's `_build_decode`.
+    For a backend that schedules its own way (``plan_format = None``); a subclass attaches
+    its own scheduler metadata (`DecodeMetadata.scheduler`) by `scheduler_metadata`.
     """
 
     plans_work: ClassVar[bool] = False
+
+    def scheduler_metadata(self, decode: DecodeMetadata) -> Any:
+        """The backend's own scheduler metadata of `decode` (None: it has none)."""
+        return None
+
+    def _build_decode(self, cam: CommonAttentionMetadata) -> DecodeMetadata:
+        meta = super()._build_decode(cam)
+        meta.scheduler = self.scheduler_metadata(meta)
+        return meta
 
 
 class PlanExecutingBackend(Backend):

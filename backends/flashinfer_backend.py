@@ -32,7 +32,6 @@ from backends.base import (
 )
 from backends.common import PlanFreeBuilder
 from backends.triton_backend import cuda_device_count
-from conformance.metadata.record import CommonAttentionMetadata
 from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
 
 HEAD_DIM_CKV = 512  # the latent part of a cache row
@@ -93,15 +92,13 @@ class FlashInferSchedule:
 class FlashInferBuilder(PlanFreeBuilder):
     """The shared builder; attaches a `FlashInferSchedule` to the decode metadata."""
 
-    def _build_decode(self, cam: CommonAttentionMetadata) -> DecodeMetadata:
-        meta = super()._build_decode(cam)
-        meta.scheduler = schedule_for(
-            meta,
+    def scheduler_metadata(self, decode: DecodeMetadata) -> FlashInferSchedule:
+        return schedule_for(
+            decode,
             num_heads=self.config.num_heads,
             q_dtype=self.config.q_dtype,
             kv_dtype=self.config.kv_cache.dtype,
         )
-        return meta
 
 
 def schedule_for(

@@ -35,7 +35,8 @@ CHAIN = 50  # plans per graph for the per-plan time
 REPLAYS = 20
 
 
-def _graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+def captured_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of one call of `fn` (called once before, outside the capture)."""
     fn()  # compile and warm up outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -44,7 +45,7 @@ def _graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def _replay_ms(graph: torch.cuda.CUDAGraph, replays: int = REPLAYS) -> float:
+def median_replay_ms(graph: torch.cuda.CUDAGraph, replays: int = REPLAYS) -> float:
     """Median milliseconds per replay (CUDA events), over `replays` timed replays."""
     graph.replay()
     times = []
@@ -99,7 +100,8 @@ def _skipping(module: object, name: str) -> Iterator[None]:
         setattr(module, name, kernel)
 
 
-def _mismatches(plan: object, expected: object) -> list[str]:
+def plan_mismatches(plan: object, expected: object) -> list[str]:
+    """The buffers and counts in which a device plan differs from the reference's."""
     from conformance.persistent.plan import PLAN_BUFFERS
 
     names = [
@@ -138,8 +140,8 @@ def profile_case(batch: int, *, heads: int, page: int, max_kv: int, warps: Seque
             for name in ("work_info_set", "reduce_final_map", "reduce_partial_map"):
                 getattr(buffers, name).fill_(7)  # a plan must write every entry
             plan = device_plan.plan_on_device(**index, buffers=buffers, **keywords, **call)
-            row["mismatches"] = _mismatches(plan, expected)
-            row["total_us"] = _replay_ms(_graph(plans)) / CHAIN * 1e3
+            row["mismatches"] = plan_mismatches(plan, expected)
+            row["total_us"] = median_replay_ms(captured_graph(plans)) / CHAIN * 1e3
             kernels = {
                 "setup": (planner_setup, "setup_kernel"),
                 "walk": (triton_planner, "plan_kernel"),
@@ -149,7 +151,9 @@ def profile_case(batch: int, *, heads: int, page: int, max_kv: int, warps: Seque
                 with contextlib.ExitStack() as stack:
                     for other in kernels.keys() - {alone}:
                         stack.enter_context(_skipping(*kernels[other]))
-                    row[f"{alone}_kernel_us"] = _replay_ms(_graph(plans)) / CHAIN * 1e3
+                    row[f"{alone}_kernel_us"] = (
+                        median_replay_ms(captured_graph(plans)) / CHAIN * 1e3
+                    )
         except Exception as error:  # kept in the row; the run fails at the end
             row["mismatches"] = [f"error: {type(error).__name__}: {error}"[:200]]
             row["total_us"] = float("nan")
@@ -203,9 +207,9 @@ def bench_case(
         for _ in range(CHAIN):
             device_plan.plan_on_device(**index, buffers=buffers, **call)
 
-    per_plan = _replay_ms(_graph(plans)) / CHAIN
-    one_plan = _replay_ms(
-        _graph(lambda: device_plan.plan_on_device(**index, buffers=buffers, **call))
+    per_plan = median_replay_ms(captured_graph(plans)) / CHAIN
+    one_plan = median_replay_ms(
+        captured_graph(lambda: device_plan.plan_on_device(**index, buffers=buffers, **call))
     )
     host = []
     for _ in range(5):
@@ -237,8 +241,10 @@ def bench_case(
         device_plan.plan_on_device(**index, buffers=buffers, **call)
         persistent_mla_decode(q, cache, fixed, **decode_args)
 
-    step_ms = _replay_ms(_graph(step))
-    decode_ms = _replay_ms(_graph(lambda: persistent_mla_decode(q, cache, fixed, **decode_args)))
+    step_ms = median_replay_ms(captured_graph(step))
+    decode_ms = median_replay_ms(
+        captured_graph(lambda: persistent_mla_decode(q, cache, fixed, **decode_args))
+    )
     return {
         "batch_size": batch,
         "num_heads_q": heads,

@@ -23,7 +23,13 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.bench_device_planner import CHAIN, _graph, _mismatches, _replay_ms, save_rows
+from benchmarks.bench_device_planner import (
+    CHAIN,
+    captured_graph,
+    median_replay_ms,
+    plan_mismatches,
+    save_rows,
+)
 from benchmarks.decode.cases import KV_SCALE_FP8, PAGE_SIZE, Q_SCALE_FP8, SM_SCALE
 from benchmarks.decode.timing import FLUSH_BYTES, flushed_run
 from benchmarks.table import fixed_width_table
@@ -78,7 +84,7 @@ def bench_case(heads: int, kv_format: str, batch: int, context: int, *, step: bo
         forms["planner_without_pdl_us" if pdl else "planner_pdl_us"] = {"pdl": not pdl}
     for name, form in forms.items():
         plan = device_plan.plan_on_device(**index, buffers=buffers, **form, **call)
-        problems = _mismatches(plan, expected)
+        problems = plan_mismatches(plan, expected)
         if problems:
             row.setdefault("mismatches", []).extend(f"{name}: {p}" for p in problems)
         if "pdl" not in form:
@@ -88,7 +94,7 @@ def bench_case(heads: int, kv_format: str, batch: int, context: int, *, step: bo
             for _ in range(CHAIN):
                 device_plan.plan_on_device(**index, buffers=buffers, **form, **call)
 
-        row[name] = _replay_ms(_graph(plans)) / CHAIN * 1e3
+        row[name] = median_replay_ms(captured_graph(plans)) / CHAIN * 1e3
     row.update({k: plan.host_counts()[k] for k in ("num_tiles", "num_works", "num_partials")})
     if not step:
         return row
@@ -118,8 +124,8 @@ def bench_case(heads: int, kv_format: str, batch: int, context: int, *, step: bo
         device_plan.plan_on_device(**index, buffers=buffers, **call)
         persistent_mla_decode(q, cache, fixed, **decode_args)
 
-    decode = _graph(lambda: persistent_mla_decode(q, cache, fixed, **decode_args))
-    row["step_us"], row["decode_alone_us"] = interleaved_us([_graph(whole_step), decode])
+    decode = captured_graph(lambda: persistent_mla_decode(q, cache, fixed, **decode_args))
+    row["step_us"], row["decode_alone_us"] = interleaved_us([captured_graph(whole_step), decode])
     row["step_over_decode_us"] = row["step_us"] - row["decode_alone_us"]
     row["step_over_decode"] = row["step_us"] / row["decode_alone_us"]
     return row

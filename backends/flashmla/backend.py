@@ -24,7 +24,6 @@ from backends.base import Availability, Backend, DecodeMetadata, DecodeScales, M
 from backends.common import PlanFreeBuilder
 from backends.flashmla.ops import FlashMLAOps, NotFound, find_ops
 from backends.triton_backend import cuda_device_count
-from conformance.metadata.record import CommonAttentionMetadata
 from conformance.stubs.protocol import MLA_BUILDER_LAYER_PROTOCOL
 
 HEAD_DIM = 576
@@ -117,15 +116,13 @@ def _ops_or_none() -> FlashMLAOps | None:
 class FlashMLABuilder(PlanFreeBuilder):
     """The shared builder; attaches a `FlashMLASchedule` to the decode metadata."""
 
-    def _build_decode(self, cam: CommonAttentionMetadata) -> DecodeMetadata:
-        meta = super()._build_decode(cam)
-        meta.scheduler = schedule_for(
-            meta,
+    def scheduler_metadata(self, decode: DecodeMetadata) -> FlashMLASchedule:
+        return schedule_for(
+            decode,
             num_heads=self.config.num_heads,
             fp8=self.config.kv_cache.dtype == E4M3,
             ops=_ops_or_none(),
         )
-        return meta
 
 
 class FlashMLABackend(Backend):

@@ -124,7 +124,7 @@ def _parameters(function: Callable[..., Any]) -> list[inspect.Parameter] | None:
         return None
 
 
-def _signature_problem(
+def signature_problem(
     function: Callable[..., Any],
     qualname: str,
     *,
@@ -147,7 +147,7 @@ def _signature_problem(
     return None
 
 
-def _dtype_keywords(function: Callable[..., Any]) -> tuple[str, ...] | str:
+def metadata_dtype_keywords(function: Callable[..., Any]) -> tuple[str, ...] | str:
     """The dtype keywords of ``get_mla_metadata_v1``, or why it has none."""
     params = _parameters(function)
     if params is None:

@@ -18,7 +18,7 @@ import torch
 from backends.base import DecodeMetadata, require_plan
 from backends.rocm.api import KV_LORA_RANK, NUM_KV_HEADS, QK_HEAD_DIM
 from backends.rocm.planner import AiterWorkPlan
-from backends.rocm.probe import AiterRuntime, RocmDevice, _persistent_gate_problem
+from backends.rocm.probe import AiterRuntime, RocmDevice, persistent_gate_problem
 from conformance.aiter_kernels import KernelChoice, KernelTable, choose
 from conformance.applicability import dtype_label
 from conformance.errors import BackendUnavailable, PlanError
@@ -155,7 +155,7 @@ def aiter_decode(
                 f"{name}: the plan was made for {call[name]} but the decode gets {tensor.dtype}; "
                 f"planning for another dtype than the kernel runs is vLLM #46997"
             )
-    gate = _persistent_gate_problem(runtime.api)
+    gate = persistent_gate_problem(runtime.api)
     if gate:
         raise BackendUnavailable(gate)
     device = runtime.device.torch_device

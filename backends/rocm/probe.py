@@ -27,8 +27,8 @@ from backends.rocm.api import (
     METADATA_KEYWORDS,
     METADATA_POSITIONAL,
     AiterApi,
-    _dtype_keywords,
-    _signature_problem,
+    metadata_dtype_keywords,
+    signature_problem,
 )
 from backends.rocm.kernel_table import installed_table
 from conformance.aiter_kernels import KernelTable
@@ -166,19 +166,19 @@ def _resolve_api(
     if missing:
         return f"this aiter lacks {', '.join(missing)}"
     problem = (
-        _signature_problem(
+        signature_problem(
             aiter.get_mla_metadata_info_v1,
             "aiter.get_mla_metadata_info_v1",
             positional=INFO_POSITIONAL,
             keywords=INFO_KEYWORDS,
         )
-        or _signature_problem(
+        or signature_problem(
             aiter.get_mla_metadata_v1,
             "aiter.get_mla_metadata_v1",
             positional=METADATA_POSITIONAL,
             keywords=METADATA_KEYWORDS,
         )
-        or _signature_problem(
+        or signature_problem(
             mla.mla_decode_fwd,
             "aiter.mla.mla_decode_fwd",
             positional=DECODE_POSITIONAL,
@@ -187,7 +187,7 @@ def _resolve_api(
     )
     if problem:
         return problem
-    dtype_keywords = _dtype_keywords(aiter.get_mla_metadata_v1)
+    dtype_keywords = metadata_dtype_keywords(aiter.get_mla_metadata_v1)
     if isinstance(dtype_keywords, str):
         return dtype_keywords
     arch = str(chip_info.get_gfx())
@@ -257,7 +257,7 @@ def probe_runtime() -> AiterRuntime | Availability:
     return AiterRuntime(device=device, api=api, kernels=kernels)
 
 
-def _persistent_gate_problem(api: AiterApi) -> str | None:
+def persistent_gate_problem(api: AiterApi) -> str | None:
     """Why AITER could bypass the persistent path now, or None (checked before each decode).
 
     AITER reads the gate variable once and caches it; where its reader exists, the cached

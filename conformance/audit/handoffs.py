@@ -80,7 +80,7 @@ def record_calls(func: ast.FunctionDef | ast.AsyncFunctionDef, sites: EngineSite
 def helper_needs(index: Any, module: str, ref: str, depth: int = 0) -> list[str]:
     """What the tree's consumer function `ref` (as seen from `module`) needs of the record,
     with what the helpers it hands the record to need; [] when it is not one."""
-    found = _function(index, module, ref)
+    found = resolve_function(index, module, ref)
     if found is None or depth > _DEPTH:
         return []
     where, info = found
@@ -94,7 +94,7 @@ def helper_needs(index: Any, module: str, ref: str, depth: int = 0) -> list[str]
     return needs
 
 
-def _function(index: Any, module: str, ref: str) -> tuple[str, dict[str, Any]] | None:
+def resolve_function(index: Any, module: str, ref: str) -> tuple[str, dict[str, Any]] | None:
     """(module, facts) of the module-level function `ref` names, through the imports."""
     facts = index.module_facts(module)
     if facts is None:
@@ -105,7 +105,7 @@ def _function(index: Any, module: str, ref: str) -> tuple[str, dict[str, Any]] |
     if head:  # ``utils.split(...)``: a module attribute
         target = index.resolve_dotted(module, head)
         if target is not None and target.kind == "module":
-            return _function(index, target.module, rest)
+            return resolve_function(index, target.module, rest)
         return None
     imported = facts["imports"].get(ref)
     if imported is None or imported[2] is None:
@@ -113,7 +113,7 @@ def _function(index: Any, module: str, ref: str) -> tuple[str, dict[str, Any]] |
     level, source, attr = imported
     base = index.import_base(module, level, source)
     if base in index.modules and base != module:
-        return _function(index, base, attr)
+        return resolve_function(index, base, attr)
     return None
 
 

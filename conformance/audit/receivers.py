@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.audit.handoffs import _function
+from conformance.audit.handoffs import resolve_function
 from conformance.audit.index import Index, Target
 from conformance.audit.measured import Measured
 from conformance.audit.reach import ancestors
@@ -82,7 +82,7 @@ class Receivers:
         if target is not None and target.kind == "class":
             self.method(target, parts[-1], depth)
             return
-        found = _function(self.index, module, callee)
+        found = resolve_function(self.index, module, callee)
         if found is not None:
             where, info = found
             key = f"{where}.{parts[-1]}"

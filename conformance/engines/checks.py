@@ -68,11 +68,21 @@ def record_fields(record_cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(record_cls))
 
 
+def dotted_name(cls: type) -> str:
+    """``module.qualname`` of `cls`: how a facts file names a class."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def base_names(cls: type) -> tuple[str, ...]:
+    """The dotted names of `cls`'s bases in resolution order, ``object`` left out."""
+    return tuple(dotted_name(base) for base in cls.__mro__[1:-1])
+
+
 def record_facts(record_cls: type) -> dict[str, Any]:
     """The `EngineFacts` fields that describe the record class: its dotted name, its fields
     and the optional ones."""
     return {
-        "record_class": f"{record_cls.__module__}.{record_cls.__qualname__}",
+        "record_class": dotted_name(record_cls),
         "record_fields": record_fields(record_cls),
         "optional_fields": optional_fields(record_cls),
     }

@@ -136,7 +136,7 @@ class EngineFacts:
             },
             "provenance": dict(self.provenance),
         }
-        return {**body, "sha256": _digest(body)}
+        return {**body, "sha256": facts_checksum(body)}
 
 
 def _plain(value: Any) -> Any:
@@ -148,7 +148,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _digest(body: Mapping[str, Any]) -> str:
+def facts_checksum(body: Mapping[str, Any]) -> str:
+    """The facts file's ``sha256``: the hex digest of `body`'s canonical JSON."""
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
@@ -185,7 +186,7 @@ def parse_facts(data: Any, *, source: str = "facts") -> EngineFacts:
     if data.get("format") != FORMAT:
         raise FactsError(f"{source}: format {data.get('format')!r} is not {FORMAT!r}")
     body = {key: value for key, value in data.items() if key != "sha256"}
-    if data.get("sha256") != _digest(body):
+    if data.get("sha256") != facts_checksum(body):
         raise FactsError(
             f"{source}: its sha256 does not match its content (edited by hand, or cut short); "
             "measure the facts again"

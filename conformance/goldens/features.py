@@ -11,7 +11,7 @@ from conformance.errors import PlanError
 from conformance.goldens.cases import GoldenCase
 from conformance.goldens.record import plans_equal
 from conformance.persistent.plan import WorkPlan
-from conformance.persistent.planner import _plan, plan_persistent_decode
+from conformance.persistent.planner import plan_persistent_decode, plan_with_walk
 from conformance.persistent.profiles import get_profile
 from kernels.plan_exec import PlanOutput
 
@@ -50,7 +50,7 @@ def plan_features(
         found.append("fold")
     if plan.num_tiles > case.batch * plan.fold_ratio:
         found.append("qo-split")
-    if not plans_equal(plan, _plan(**kwargs, walk="literal", tail_rule=False)):
+    if not plans_equal(plan, plan_with_walk(**kwargs, walk="literal", tail_rule=False)):
         found.append("tail-rule")
     written = result.partial_written
     if bool((result.partial_lse[written] == -math.inf).any()):

@@ -62,7 +62,7 @@ def plan_params(
     }
 
 
-def _plan(
+def plan_with_walk(
     qo_indptr: torch.Tensor,
     kv_indptr: torch.Tensor,
     kv_last_page_lens: torch.Tensor,
@@ -143,7 +143,7 @@ def plan_persistent_decode(
     """
     call = dict(locals())
     inputs = (call.pop("qo_indptr"), call.pop("kv_indptr"), call.pop("kv_last_page_lens"))
-    return _plan(*inputs, **call)
+    return plan_with_walk(*inputs, **call)
 
 
 def _assemble(

@@ -16,49 +16,35 @@ from __future__ import annotations
 import importlib
 import types
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from conformance.metadata.dims import MLADims
+from conformance.engines.engine_backends import EngineBackend
+from conformance.metadata.dims import DEEPSEEK_V3
 
-DIMS = MLADims(
-    q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128
-)
+DIMS = DEEPSEEK_V3.dims
 MAX_CONTEXT_LEN = 2048
 RECORD_MODULE = "sglang.srt.model_executor.forward_batch_info"
 RECORD_CLASS = "ForwardBatch"
+ATTENTION_PACKAGE = "sglang.srt.layers.attention"
 LAYER_ID = 0
 
 
-@dataclass(frozen=True)
-class BackendTarget:
-    """One MLA backend of SGLang: its registry name, its module and class, how it runs here."""
-
-    module: str
-    cls: str
-    cache_dtype: str = "auto"
-    page_size: int = 1
-    standin: bool = False
-
-
-BACKENDS: dict[str, BackendTarget] = {
-    "triton": BackendTarget("triton_backend", "TritonAttnBackend"),
-    "torch_native": BackendTarget("torch_native_backend", "TorchNativeAttnBackend"),
-    "flashinfer": BackendTarget("flashinfer_mla_backend", "FlashInferMLAAttnBackend"),
-    "flashmla": BackendTarget("flashmla_backend", "FlashMLABackend", page_size=64),
-    "trtllm_mla": BackendTarget("trtllm_mla_backend", "TRTLLMMLABackend", page_size=32),
-    "cutedsl_mla": BackendTarget("cutedsl_mla_backend", "CuteDslMLABackend", page_size=32),
-    "aiter": BackendTarget("aiter_backend", "AiterAttnBackend", cache_dtype="fp8", standin=True),
+BACKENDS: dict[str, EngineBackend] = {
+    "triton": EngineBackend("triton_backend", "TritonAttnBackend"),
+    "torch_native": EngineBackend("torch_native_backend", "TorchNativeAttnBackend"),
+    "flashinfer": EngineBackend("flashinfer_mla_backend", "FlashInferMLAAttnBackend"),
+    "flashmla": EngineBackend("flashmla_backend", "FlashMLABackend", page_size=64),
+    "trtllm_mla": EngineBackend("trtllm_mla_backend", "TRTLLMMLABackend", page_size=32),
+    "cutedsl_mla": EngineBackend("cutedsl_mla_backend", "CuteDslMLABackend", page_size=32),
+    "aiter": EngineBackend("aiter_backend", "AiterAttnBackend", cache_dtype="fp8", standin=True),
 }
 
 
 def backend_class(name: str) -> type:
     """The backend class of registry name `name`, imported from SGLang."""
-    target = BACKENDS[name]
-    module = importlib.import_module(f"sglang.srt.layers.attention.{target.module}")
-    return getattr(module, target.cls)
+    return BACKENDS[name].backend_class(ATTENTION_PACKAGE)
 
 
 def record_class() -> type:

@@ -21,8 +21,10 @@ from conformance.engines.facts import (
     BuilderFacts,
     EngineFacts,
     FieldFacts,
+    TransformFacts,
     optional_field_facts,
 )
+from conformance.engines.measurement import engine_facts
 from conformance.engines.sglang.adapter import (
     BACKENDS,
     SuiteModelConfig,
@@ -124,8 +126,7 @@ class Measurement:
             cls = backend_class(name)
         except Exception as error:  # an engine module that does not import is a finding
             return BuilderFacts(cls="", status="not-run", reason=checks.one_line(error))
-        dotted = f"{cls.__module__}.{cls.__qualname__}"
-        bases = tuple(f"{b.__module__}.{b.__qualname__}" for b in cls.__mro__[1:-1])
+        dotted, bases = checks.dotted_name(cls), checks.base_names(cls)
         built: list[Any] = []
         constructed = checks.attempt(lambda: built.append(self.construct(name)))
         if not constructed.ok:
@@ -192,22 +193,20 @@ class Measurement:
                 needs.setdefault(field_name, {}).update(errors)
         return optional_field_facts(OPTIONAL_SET, needs)
 
+    def transformation_facts(self) -> dict[str, TransformFacts]:
+        """None measured: SGLang's record has no transformation the audit follows."""
+        return {}
+
+    def provenance(self, built: list[str]) -> dict[str, Any]:
+        """The `RadixAttention` reads and needs of each built backend's forward."""
+        from conformance.engines.sglang.layer import layer_facts
+
+        return layer_facts(self, built)
+
 
 def measure(*, version: str, backends: list[str] | None = None) -> EngineFacts:
     """Every measurement of the installed SGLang, as `EngineFacts`."""
-    from conformance.engines.sglang.layer import layer_facts
-
-    run = Measurement()
     names = backends or list(BACKENDS)
-    facts = {name: run.builder_facts(name) for name in names}
-    built = [name for name, f in facts.items() if f.status == "built"]
-    cls = record_class()
-    return EngineFacts(
-        engine="sglang",
-        version=version,
-        **checks.record_facts(cls),
-        builders=facts,
-        fields=run.field_facts(built),
-        transformations={},
-        provenance={"builders_built": built, **layer_facts(run, built)},
+    return engine_facts(
+        Measurement(), names, engine="sglang", version=version, record_class=record_class
     )

@@ -17,48 +17,35 @@ import importlib
 import json
 import types
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from conformance.engines.checks import to_engine_record
+from conformance.engines.engine_backends import EngineBackend
 from conformance.engines.target import VLLM
 from conformance.engines.vllm.aiter_standin import AiterStandin, install_standin
 from conformance.metadata.batch import BatchSpec, make_cam
-from conformance.metadata.dims import MLADims
+from conformance.metadata.dims import DEEPSEEK_V3, MLA_DIM_NAMES
 
 RECORD_MODULE = "vllm.v1.attention.backend"
 RECORD_CLASS = "CommonAttentionMetadata"
 MLA_PACKAGE = "vllm.v1.attention.backends.mla"
 LAYER_NAMES = ("model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn")
-DIMS = MLADims(
-    q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128
-)
-DIM_NAMES = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+DIMS = DEEPSEEK_V3.dims
 MAX_MODEL_LEN = 8192
+BLOCK_SIZE = 16
+"""The KV cache's block size, but where a builder's entry says otherwise."""
 STANDIN_ARCH, STANDIN_CUS = "gfx942", 304
 
-
-@dataclass(frozen=True)
-class BuilderTarget:
-    """One MLA backend of vLLM: where its backend class lives, and how it runs here."""
-
-    module: str
-    backend: str
-    cache_dtype: str = "auto"
-    block_size: int = 16
-    standin: bool = False
-
-
-BUILDERS: dict[str, BuilderTarget] = {
-    "TRITON_MLA": BuilderTarget("triton_mla", "TritonMLABackend"),
-    "CPU_MLA": BuilderTarget("cpu_mla", "CPUMLABackend"),
-    "FLASHINFER_MLA": BuilderTarget("flashinfer_mla", "FlashInferMLABackend"),
-    "FLASHMLA": BuilderTarget("flashmla", "FlashMLABackend"),
-    "ROCM_AITER_MLA": BuilderTarget(
-        "rocm_aiter_mla", "AiterMLABackend", cache_dtype="fp8", block_size=1, standin=True
+BUILDERS: dict[str, EngineBackend] = {
+    "TRITON_MLA": EngineBackend("triton_mla", "TritonMLABackend", page_size=BLOCK_SIZE),
+    "CPU_MLA": EngineBackend("cpu_mla", "CPUMLABackend", page_size=BLOCK_SIZE),
+    "FLASHINFER_MLA": EngineBackend("flashinfer_mla", "FlashInferMLABackend", page_size=BLOCK_SIZE),
+    "FLASHMLA": EngineBackend("flashmla", "FlashMLABackend", page_size=BLOCK_SIZE),
+    "ROCM_AITER_MLA": EngineBackend(
+        "rocm_aiter_mla", "AiterMLABackend", cache_dtype="fp8", page_size=1, standin=True
     ),
 }
 
@@ -82,7 +69,7 @@ def write_model_config(directory: Path, *, heads: int = 16) -> Path:
         "num_experts_per_tok": 2,
         "first_k_dense_replace": 1,
         "vocab_size": 1024,
-        **{name: getattr(DIMS, name) for name in DIM_NAMES},
+        **{name: getattr(DIMS, name) for name in MLA_DIM_NAMES},
         "max_position_embeddings": MAX_MODEL_LEN,
         "torch_dtype": "bfloat16",
         "rope_theta": 10000.0,
@@ -92,6 +79,11 @@ def write_model_config(directory: Path, *, heads: int = 16) -> Path:
     path = directory / "config.json"
     path.write_text(json.dumps(config, indent=2), encoding="utf-8")
     return path
+
+
+def backend_class(builder: str) -> type:
+    """vLLM's backend class of `builder` (its name, ``TRITON_MLA``), imported from vLLM."""
+    return BUILDERS[builder].backend_class(MLA_PACKAGE)
 
 
 def record_class() -> type:
@@ -198,7 +190,7 @@ class VllmEngine:
         model_dir: Path,
         *,
         cache_dtype: str = "auto",
-        block_size: int = 16,
+        block_size: int = BLOCK_SIZE,
         speculative_tokens: int = 0,
     ):
         from vllm.config import CacheConfig, ModelConfig, VllmConfig
@@ -233,7 +225,7 @@ class VllmEngine:
     def make_layer(self, *, omit: Iterable[str] = ()) -> EngineLayer:
         """A layer with the five dims and a real prefill backend, less `omit`."""
         layer = EngineLayer()
-        values: dict[str, Any] = {name: getattr(DIMS, name) for name in DIM_NAMES}
+        values: dict[str, Any] = {name: getattr(DIMS, name) for name in MLA_DIM_NAMES}
         values["prefill_backend"] = prefill_backend_class()(
             num_heads=self.heads,
             scale=DIMS.qk_head_dim**-0.5,
@@ -258,15 +250,13 @@ class VllmEngine:
         """vLLM's real metadata builder of `builder` over `layers` (on the CPU by default)."""
         from vllm.config import set_current_vllm_config
 
-        target = BUILDERS[builder]
-        if target.standin:
+        if BUILDERS[builder].standin:
             standin()
         context = self.config.compilation_config.static_forward_context
         context.clear()
         context.update(layers)
-        backend = getattr(importlib.import_module(f"{MLA_PACKAGE}.{target.module}"), target.backend)
         with set_current_vllm_config(self.config):
-            return backend.get_builder_cls()(
+            return backend_class(builder).get_builder_cls()(
                 self.kv_cache_spec(), list(layers), self.config, device or torch.device("cpu")
             )
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -36,10 +35,9 @@ from backends.base import (
 from backends.common import PlanFreeBuilder
 from backends.flashmla.backend import to_suite_lse
 from conformance.engines.vllm.adapter import (
-    BUILDERS,
     DIMS,
-    MLA_PACKAGE,
     VllmEngine,
+    backend_class,
     write_model_config,
 )
 from conformance.metadata.record import CommonAttentionMetadata
@@ -203,9 +201,7 @@ class VllmDecodeBackend(Backend):
 
     def backend_class(self) -> type:
         """vLLM's backend class of this implementation (importing its module)."""
-        target = BUILDERS[self.impl.name]
-        module = importlib.import_module(f"{MLA_PACKAGE}.{target.module}")
-        return getattr(module, target.backend)
+        return backend_class(self.impl.name)
 
     # -- vLLM's builder --------------------------------------------------------------------
 

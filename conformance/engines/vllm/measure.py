@@ -7,7 +7,6 @@ conformance.engines.vllm.measure OUT`` writes them as a facts file.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,13 +17,16 @@ from conformance.engines.facts import (
     BuilderFacts,
     EngineFacts,
     FieldFacts,
+    TransformFacts,
     optional_field_facts,
     write_facts,
 )
+from conformance.engines.measurement import engine_facts
 from conformance.engines.vllm.adapter import (
     BUILDERS,
     LAYER_NAMES,
     VllmEngine,
+    backend_class,
     record_class,
     write_model_config,
 )
@@ -55,10 +57,10 @@ class Measurement:
 
     def engine(self, builder: str) -> VllmEngine:
         target = BUILDERS[builder]
-        key = (target.cache_dtype, target.block_size)
+        key = (target.cache_dtype, target.page_size)
         if key not in self._engines:
             self._engines[key] = VllmEngine(
-                self.model_dir, cache_dtype=target.cache_dtype, block_size=target.block_size
+                self.model_dir, cache_dtype=target.cache_dtype, block_size=target.page_size
             )
         return self._engines[key]
 
@@ -79,14 +81,11 @@ class Measurement:
     # -- per builder --------------------------------------------------------------------
 
     def builder_facts(self, builder: str) -> BuilderFacts:
-        target = BUILDERS[builder]
         try:
-            module = importlib.import_module(f"vllm.v1.attention.backends.mla.{target.module}")
-            cls = getattr(module, target.backend).get_builder_cls()
+            cls = backend_class(builder).get_builder_cls()
         except Exception as error:  # an engine module that does not import is a finding
             return BuilderFacts(cls="", status="not-run", reason=checks.one_line(error))
-        name = f"{cls.__module__}.{cls.__qualname__}"
-        bases = tuple(f"{b.__module__}.{b.__qualname__}" for b in cls.__mro__[1:-1])
+        name, bases = checks.dotted_name(cls), checks.base_names(cls)
         constructed = checks.attempt(lambda: self.construct(builder))
         if not constructed.ok:
             return BuilderFacts(cls=name, bases=bases, status="not-run", reason=constructed.error)
@@ -152,24 +151,22 @@ class Measurement:
                 needs.setdefault(field_name, {}).update(errors)
         return optional_field_facts(optional, needs)
 
+    def transformation_facts(self) -> dict[str, TransformFacts]:
+        """What each of vLLM's transformations of the record drops (measured with TRITON_MLA)."""
+        from conformance.engines.vllm.transforms import transformation_facts
+
+        return transformation_facts(self.engine("TRITON_MLA"))
+
+    def provenance(self, built: list[str]) -> dict[str, Any]:
+        """Nothing beside the builders that built."""
+        return {}
+
 
 def measure(workdir: Path, *, version: str, builders: list[str] | None = None) -> EngineFacts:
     """Every measurement of the installed vLLM, as `EngineFacts`."""
-    from conformance.engines.vllm.transforms import transformation_facts
-
-    run = Measurement(workdir)
     names = builders or list(BUILDERS)
-    facts = {name: run.builder_facts(name) for name in names}
-    built = [name for name, f in facts.items() if f.status == "built"]
-    cls = record_class()
-    return EngineFacts(
-        engine="vllm",
-        version=version,
-        **checks.record_facts(cls),
-        builders=facts,
-        fields=run.field_facts(built),
-        transformations=transformation_facts(run.engine("TRITON_MLA")),
-        provenance={"builders_built": built},
+    return engine_facts(
+        Measurement(workdir), names, engine="vllm", version=version, record_class=record_class
     )
 
 

@@ -51,7 +51,7 @@ from conformance.engines.vllm.aiter_standin import MLA_VERSION_V32, PlannerDtype
 from conformance.engines.vllm.aiter_standin import AiterStandin as PlannerStandin
 from conformance.numerics.fp8 import fp8_dtype_for_arch
 from conformance.persistent.plan import WorkPlan
-from conformance.persistent.planner import _plan
+from conformance.persistent.planner import plan_with_walk
 
 # The decode half (fake_aiter_decode.py is a helper, not a test module).
 _DECODE = runpy.run_path(str(Path(__file__).with_name("fake_aiter_decode.py")))
@@ -191,7 +191,9 @@ class AiterStandin(DecodeStandin, PlannerStandin):
             )
         # 16 heads are native with 128 packed rows: the forced qo split gives one tile per
         # batch, as planning with the true maximum does; the tail threshold (-1) never fires.
-        return _plan(*inputs, max_seqlen_qo=longest, walk="literal", tail_rule=False, **planned)
+        return plan_with_walk(
+            *inputs, max_seqlen_qo=longest, walk="literal", tail_rule=False, **planned
+        )
 
     def _store(self, name: str, buffer: torch.Tensor, values: torch.Tensor, offset: int) -> None:
         """Write `values` into `buffer`'s memory at element `offset`, as a raw pointer would."""

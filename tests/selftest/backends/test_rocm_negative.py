@@ -177,7 +177,7 @@ def test_an_adapter_without_the_gate_pin_is_caught(rocm, monkeypatch) -> None:
     for module, name in (
         (rocm_probe, "_pin_persistent_gate"),
         (rocm_probe, "_gate_read_by_aiter"),
-        (rocm_decode, "_persistent_gate_problem"),
+        (rocm_decode, "persistent_gate_problem"),
     ):
         monkeypatch.setattr(module, name, lambda *a: None)
     monkeypatch.delenv(rocm_probe.PERSISTENT_GATE_ENV)  # AITER's default: 32

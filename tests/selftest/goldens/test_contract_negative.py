@@ -126,7 +126,7 @@ def test_builder_planning_fp8_as_bf16_is_caught(pytester, monkeypatch):
 
 def planner_without_tail_rule(*args: Any, **kwargs: Any) -> Any:
     """BROKEN (#2106): AITER's walk with the short-tail absorption removed."""
-    return planner._plan(*args, **kwargs, walk="literal", tail_rule=False)
+    return planner.plan_with_walk(*args, **kwargs, walk="literal", tail_rule=False)
 
 
 def test_planner_without_tail_rule_is_caught(pytester, monkeypatch):

@@ -21,7 +21,7 @@ from conformance.persistent import (
     check_plan,
     plan_persistent_decode,
 )
-from conformance.persistent.planner import _plan
+from conformance.persistent.planner import plan_with_walk
 
 from plancall import i32, plan_args
 
@@ -74,7 +74,7 @@ def test_correct_plans_pass(args: dict[str, Any]) -> None:
 
 
 def test_planner_without_tail_rule_is_rejected_by_i10() -> None:
-    plan = _plan(**EXAMPLE_2, walk="literal", tail_rule=False)
+    plan = plan_with_walk(**EXAMPLE_2, walk="literal", tail_rule=False)
     # [288,576) was emitted and the 1-token tail [576,577) became its own split.
     assert (576, 577) in [(w.kv_start, w.kv_end) for w in plan.works()]
     found = [v for v in violations(plan, EXAMPLE_2) if v.invariant == "I10"]
@@ -91,7 +91,7 @@ def test_no_tail_rule_variant_is_rejected_on_every_causal_tail_probe() -> None:
         bpc = rng.randint(-(-17 // (8 - j)), 24 // (8 - j))
         args = case([sq], [16 * j * bpc + rng.randint(1, sq - 1)])
         assert violations(plan_persistent_decode(**args), args) == []
-        broken = _plan(**args, walk="literal", tail_rule=False)
+        broken = plan_with_walk(**args, walk="literal", tail_rule=False)
         assert "I10" in ids(violations(broken, args)), args
 
 

@@ -17,7 +17,7 @@ import torch
 
 from conformance.persistent import UNWRITTEN, plan_persistent_decode
 from conformance.persistent.checks import PLANNER_KEYWORDS
-from conformance.persistent.planner import _plan
+from conformance.persistent.planner import plan_with_walk
 
 from plancall import BF16, FP8_FN, FP8_FNUZ, invariants_of, plan_args, works_of
 
@@ -307,7 +307,7 @@ def test_fuzz_invariants_hold_and_walks_agree() -> None:
         planned += 1
         violations = invariants_of(plan, args)
         assert violations == [], (args, [str(v) for v in violations[:5]])
-        literal = _plan(**args, walk="literal")
+        literal = plan_with_walk(**args, walk="literal")
         for name, region in plan.written_regions().items():
             assert torch.equal(region, literal.written_regions()[name]), (name, args)
     assert planned == 250
@@ -323,7 +323,7 @@ def test_fuzz_hits_tail_rule_splits_and_folding() -> None:
         plan = plan_persistent_decode(**args)
         splits += plan.num_partials > 0
         folded += plan.fold_ratio > 1
-        no_tail = _plan(**args, walk="literal", tail_rule=False)
+        no_tail = plan_with_walk(**args, walk="literal", tail_rule=False)
         tails += not torch.equal(plan.work_info_set, no_tail.work_info_set)
     assert tails >= 15 and splits >= 50 and folded >= 50, (tails, splits, folded)
 
