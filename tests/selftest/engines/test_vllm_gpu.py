@@ -115,9 +115,11 @@ def test_a_non_causal_batch_is_fed_only_to_an_implementation_that_takes_one() ->
     non_causal = {c.id for c in module.CASES if not c.causal}
     fed = {(impl, case_id) for impl, case_id in module.GOLDENS if case_id in non_causal}
     assert non_causal and fed
-    assert {impl for impl, _ in fed} == {
-        name for name, impl in module.IMPLEMENTATIONS.items() if impl.non_causal
-    } == {"TRITON_MLA"}
+    assert (
+        {impl for impl, _ in fed}
+        == {name for name, impl in module.IMPLEMENTATIONS.items() if impl.non_causal}
+        == {"TRITON_MLA"}
+    )
 
 
 def test_a_finding_pattern_names_its_tests_and_no_other() -> None:
