@@ -3,7 +3,7 @@
 A test double of the selftests (importable as ``synthetic_reports``: pyproject.toml puts
 ``tests/selftest/support`` on pytest's path), and executable documentation of both formats:
 `write_backend` writes the files of one backend run, sharded or not, with chosen outcomes
-per id.
+per id; `write_engine_junit` the JUnit file of an engine run.
 """
 
 from __future__ import annotations
@@ -239,6 +239,18 @@ def write_evidence(directory: Path, backend: str, ids: Sequence[str], **kwargs: 
     }
     (directory / VERSIONS_FILE).write_text(json.dumps(facts), encoding="utf-8")
     return paths
+
+
+def write_engine_junit(directory: Path, engine: str, outcomes: Mapping[str, str]) -> Path:
+    """The JUnit file of an engine run (``<engine>.xml``, as its session writes it): one test
+    of each name in ``outcomes``, with its outcome (one of `OUTCOMES`)."""
+    cases = [
+        SyntheticCase(f"tests/engines/{engine}/test_family_a.py::{name}", outcome)
+        for name, outcome in outcomes.items()
+    ]
+    path = directory / junit_name(engine, None)
+    path.write_text(junit_xml(cases, suite_name=f"mla-{engine}"), encoding="utf-8")
+    return path
 
 
 def offline_options(
