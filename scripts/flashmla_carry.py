@@ -14,10 +14,8 @@ the wheel lacks a file or cannot be had.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -27,15 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.flashmla.ops import DENSE_LIB, FP8_LIB, PROVENANCE_FILE
 from conformance.targets import BUILTIN_TARGETS
-from scripts.vllm_gpu_carry import download as download_wheels
+from scripts.vllm_gpu_carry import vllm_wheel, wheel_arguments
 
 MEMBERS = (f"vllm/{DENSE_LIB}", f"vllm/{FP8_LIB}")
-
-
-def download(version: str, into: Path) -> Path:
-    """The vLLM CUDA wheel of `version` for CPython 3.12 on x86-64 Linux."""
-    print(f"downloading vllm=={version} (about 340 MB) ...", flush=True)
-    return download_wheels([f"vllm=={version}"], into, deps=False)[0]
 
 
 def extract(wheel: Path, out: Path) -> dict[str, object]:
@@ -61,20 +53,11 @@ def extract(wheel: Path, out: Path) -> dict[str, object]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("outdir", type=Path)
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--wheel", type=Path, help="a vLLM CUDA wheel already downloaded")
-    source.add_argument("--vllm-version", default=BUILTIN_TARGETS["vllm"].version)
+    parser = wheel_arguments(__doc__.splitlines()[0], BUILTIN_TARGETS["vllm"].version)
     args = parser.parse_args(argv)
-    if args.wheel is not None and not args.wheel.is_file():
-        print(f"--wheel {args.wheel}: no such file", file=sys.stderr)
-        return 1
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            wheel = args.wheel or download(args.vllm_version, Path(tmp))
-        except (subprocess.CalledProcessError, IndexError):
-            print(f"vllm=={args.vllm_version}: no CUDA wheel could be downloaded", file=sys.stderr)
+        wheel = vllm_wheel(args, Path(tmp))
+        if wheel is None:
             return 1
         provenance = extract(wheel, args.outdir)
     print(f"{args.outdir}: FlashMLA from {provenance['wheel']}; set MLA_FLASHMLA_DIR to it")

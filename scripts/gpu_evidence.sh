@@ -20,25 +20,13 @@ bench=1
 export MLA_CONFORMANCE_BACKEND=cuda
 
 . scripts/carried_wheels.sh
+. scripts/evidence_steps.sh
 
 python3 scripts/machine_info.py "$out/machine.json" cuda scripts/gpu_evidence.sh
 
 status=0
-# Into a new folder of its own under reports/ (a relative path, so the sidecar records no
-# machine path), then copied to OUTDIR; reports/junit/ is left untouched.
-run_dir=reports/gpu-evidence-$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$run_dir"
-python3 -m pytest tests/conformance --backend=cuda --junitxml="$run_dir/cuda.xml" \
-  -o junit_suite_name=mla-cuda -p no:cacheprovider -q -rfEs || status=$?
-cp "$run_dir"/cuda.xml "$run_dir"/cuda.meta.json "$out"/ || status=$?
 # The evidence folder: checked (passed tests, CUDA device, claims that agree) and fingerprinted.
-if python3 -m conformance signoff --junit-dir "$run_dir" --evidence "$out/evidence" \
-    --save-evidence cuda; then
-  cp "$out/machine.json" "$out"/evidence/*-cuda/ || status=$?
-else
-  echo "gpu_evidence: the run was refused as evidence (see above)"
-  status=1
-fi
+conformance_evidence cuda "$(new_run_dir evidence)" "$out" "$out/machine.json" || status=$?
 python3 -m pytest tests/selftest/kernels/test_triton_mla.py tests/selftest/kernels/test_gluon_mla.py \
   tests/selftest/kernels/test_gluon_ws.py \
   --junitxml="$out/kernels.xml" \

@@ -17,6 +17,7 @@ out=${1:-${OUT:?usage: scripts/gpu_flashinfer.sh OUTDIR (or set OUT)}}
 export MLA_CONFORMANCE_BACKEND=flashinfer
 
 . scripts/carried_wheels.sh
+. scripts/evidence_steps.sh
 jit=$(mktemp -d /tmp/flashinfer-jit.XXXXXX)
 export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
 export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-$jit/workspace}
@@ -28,20 +29,8 @@ python3 scripts/machine_info.py "$out/versions.json" flashinfer \
   scripts/gpu_flashinfer.sh
 
 status=0
-# Into a folder of its own under reports/ (a relative path: no machine path in the sidecar).
-run_dir=reports/gpu-flashinfer-$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$run_dir"
-python3 -m pytest tests/conformance --backend flashinfer --junitxml="$run_dir/flashinfer.xml" \
-  -o junit_suite_name=mla-flashinfer -p no:cacheprovider -q -rfEs || status=$?
-cp "$run_dir"/flashinfer.xml "$out"/ || status=$?
-cp "$run_dir"/flashinfer.meta.json "$out"/ 2>/dev/null || true
-if python3 -m conformance signoff --junit-dir "$run_dir" --evidence "$out/evidence" \
-    --save-evidence flashinfer; then
-  cp "$out/versions.json" "$out"/evidence/*-flashinfer/ || status=$?
-else
-  echo "gpu_flashinfer: the run was refused as evidence (see above)"
-  status=1
-fi
+conformance_evidence flashinfer "$(new_run_dir flashinfer)" "$out" "$out/versions.json" \
+  || status=$?
 # The largest error / tolerance ratios of the numerics contract (JUnit properties).
 python3 - "$out/flashinfer.xml" <<'PY' || true
 import re, sys

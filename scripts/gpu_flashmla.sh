@@ -17,21 +17,11 @@ export MLA_CONFORMANCE_BACKEND=flashmla
 [ -d .flashmla ] && export MLA_FLASHMLA_DIR=${MLA_FLASHMLA_DIR:-$PWD/.flashmla}
 
 . scripts/carried_wheels.sh
+. scripts/evidence_steps.sh
 python3 scripts/machine_info.py "$out/machine.json" flashmla scripts/gpu_flashmla.sh
 
 status=0
-run_dir=reports/gpu-flashmla-$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$run_dir"
-python3 -m pytest tests/conformance --backend flashmla --junitxml="$run_dir/flashmla.xml" \
-  -o junit_suite_name=mla-flashmla -p no:cacheprovider -q -rfEs || status=$?
-cp "$run_dir"/flashmla.xml "$run_dir"/flashmla.meta.json "$out"/ || status=$?
-if python3 -m conformance signoff --junit-dir "$run_dir" --evidence "$out/evidence" \
-    --save-evidence flashmla; then
-  cp "$out/machine.json" "$out"/evidence/*-flashmla/ || status=$?
-else
-  echo "gpu_flashmla: the run was refused as evidence (see above)"
-  status=1
-fi
+conformance_evidence flashmla "$(new_run_dir flashmla)" "$out" "$out/machine.json" || status=$?
 python3 -m pytest tests/selftest/backends/test_flashmla_gpu.py --junitxml="$out/selftests.xml" \
   -p no:cacheprovider -q -rfEs || status=$?
 echo "gpu_flashmla: exit status $status"

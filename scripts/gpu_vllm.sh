@@ -30,22 +30,20 @@ if ! python3 -c 'import importlib.util as u, sys; sys.exit(u.find_spec("vllm") i
   echo "gpu_vllm: vLLM from $bundle ($(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["wheel"])' "$bundle/provenance.json"))"
 fi
 . scripts/carried_wheels.sh
+. scripts/evidence_steps.sh
 python3 scripts/machine_info.py "$out/machine.json" vllm_gpu scripts/gpu_vllm.sh
 
 status=0
 python3 -m conformance.ci.engine_session vllm_gpu "$@" || status=$?
 cp reports/junit/vllm_gpu.xml reports/junit/vllm_gpu.meta.json reports/junit/vllm_gpu.statuses.json \
   "$out"/ || status=1
-run_dir=reports/gpu-vllm-$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$run_dir"
+run_dir=$(new_run_dir vllm)
 cp reports/junit/vllm_gpu.xml reports/junit/vllm_gpu.meta.json "$run_dir"/ || status=1
-if [ "$status" = 0 ] && python3 -m conformance signoff --junit-dir "$run_dir" \
-    --evidence "$out/evidence" --save-evidence vllm_gpu; then
-  cp "$out/machine.json" reports/junit/vllm_gpu.statuses.json "$out"/evidence/*-vllm_gpu/ \
-    || status=$?
+if [ "$status" = 0 ]; then
+  save_evidence vllm_gpu "$run_dir" "$out" "$out/machine.json" \
+    reports/junit/vllm_gpu.statuses.json || status=$?
 else
   echo "gpu_vllm: no evidence saved (see above)"
-  [ "$status" = 0 ] && status=1
 fi
 echo "gpu_vllm: exit status $status"
 exit "$status"

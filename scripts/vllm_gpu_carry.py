@@ -68,6 +68,33 @@ def download(requirements: list[str], into: Path, *, deps: bool) -> list[Path]:
     return sorted(into.glob("*.whl"))
 
 
+def wheel_arguments(description: str, default_version: str) -> argparse.ArgumentParser:
+    """The command line ``OUTDIR [--wheel VLLM_WHEEL | --vllm-version X]`` of a script that
+    takes a vLLM CUDA wheel (`vllm_wheel`)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("outdir", type=Path)
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--wheel", type=Path, help="a vLLM CUDA wheel already downloaded")
+    source.add_argument("--vllm-version", default=default_version)
+    return parser
+
+
+def vllm_wheel(args: argparse.Namespace, into: Path) -> Path | None:
+    """The wheel ``--wheel`` names, else vLLM's CUDA wheel of ``--vllm-version`` downloaded
+    into `into`; None, after one line on stderr, when there is none."""
+    if args.wheel is not None:
+        if args.wheel.is_file():
+            return args.wheel
+        print(f"--wheel {args.wheel}: no such file", file=sys.stderr)
+        return None
+    print(f"downloading vllm=={args.vllm_version} (about 340 MB) ...", flush=True)
+    try:
+        return download([f"vllm=={args.vllm_version}"], into, deps=False)[0]
+    except (subprocess.CalledProcessError, IndexError):
+        print(f"vllm=={args.vllm_version}: no CUDA wheel could be downloaded", file=sys.stderr)
+        return None
+
+
 def normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -119,24 +146,15 @@ def python_tree(archive: zipfile.ZipFile, out: Path) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("outdir", type=Path)
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--wheel", type=Path, help="a vLLM CUDA wheel already downloaded")
-    source.add_argument("--vllm-version", default=BUILTIN_TARGETS["vllm_gpu"].version)
+    parser = wheel_arguments(__doc__.splitlines()[0], BUILTIN_TARGETS["vllm_gpu"].version)
     parser.add_argument("--have", action="append", default=[], help="a distribution the GPU "
                         "machine has (not carried)")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.wheel is not None and not args.wheel.is_file():
-        print(f"--wheel {args.wheel}: no such file", file=sys.stderr)
-        return 1
-    args.outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            wheel = args.wheel or download([f"vllm=={args.vllm_version}"], Path(tmp), deps=False)[0]
-        except (subprocess.CalledProcessError, IndexError):
-            print(f"vllm=={args.vllm_version}: no CUDA wheel could be downloaded", file=sys.stderr)
+        wheel = vllm_wheel(args, Path(tmp))
+        if wheel is None:
             return 1
+        args.outdir.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(wheel) as archive:
             digests = python_tree(archive, args.outdir)
             pins = vllm_pins(archive)

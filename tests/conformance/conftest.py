@@ -13,7 +13,7 @@ import torch
 from backends import registry
 from backends.base import Backend, BuilderConfig, DecodeMetadata, KVCacheSpec, MetadataBuilder
 from conformance.goldens import Golden, GoldenCase, GoldenStore, load_golden
-from conformance.goldens.assertions import Capabilities
+from conformance.goldens.assertions import Capabilities, assert_result_matches, run_decode
 from conformance.harness.plugin import chosen_backend
 from conformance.metadata.dims import DEEPSEEK_R1, ModelConfig
 from conformance.stubs.protocol import MLAAttentionLayer
@@ -158,6 +158,24 @@ def record_errors(request: pytest.FixtureRequest) -> Callable[[str, object], Non
     """Record a JUnit property of this test (``user_properties``: unlike the
     ``record_property`` fixture, no warning under the default xunit2 family)."""
     return lambda name, value: request.node.user_properties.append((name, value))
+
+
+@pytest.fixture
+def assert_decode_matches(
+    backend: Backend, record_errors: Callable[[str, object], None]
+) -> Callable[[Golden, DecodeMetadata, str], None]:
+    """``(golden, decode, what)``: run the backend's decode of the golden's batch over the
+    `decode` metadata (`what` names it) and assert its output and LSE match the golden within
+    the derived tolerance; the errors are recorded as JUnit properties."""
+
+    def check(golden: Golden, decode: DecodeMetadata, what: str) -> None:
+        __tracebackhide__ = True
+        out, lse = run_decode(backend, golden, decode)
+        assert_result_matches(
+            out=out, lse=lse, golden=golden, backend=backend, record=record_errors, what=what
+        )
+
+    return check
 
 
 @pytest.fixture

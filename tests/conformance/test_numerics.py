@@ -30,7 +30,7 @@ import torch
 from backends.base import Backend
 from conformance.applicability import lse_compared
 from conformance.goldens import GoldenStore
-from conformance.goldens.assertions import assert_result_matches, numerics_metadata, run_decode
+from conformance.goldens.assertions import numerics_metadata, run_decode
 from conformance.goldens.relayout import for_backend, relaid_note
 
 
@@ -40,19 +40,11 @@ def test_goldens_are_intact(golden_store: GoldenStore) -> None:
 
 
 def test_decode_matches_golden(
-    golden_id: str, backend: Backend, goldens, golden_builder, record_errors
+    golden_id: str, backend: Backend, goldens, golden_builder, assert_decode_matches
 ) -> None:
     golden = for_backend(goldens(golden_id), backend)
     decode, what = numerics_metadata(backend, golden, golden_builder)
-    out, lse = run_decode(backend, golden, decode)
-    assert_result_matches(
-        out=out,
-        lse=lse,
-        golden=golden,
-        backend=backend,
-        record=record_errors,
-        what=what + relaid_note(golden),
-    )
+    assert_decode_matches(golden, decode, what + relaid_note(golden))
 
 
 def test_poisoned_slots_never_reach_the_output(

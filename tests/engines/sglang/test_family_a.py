@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from conformance.engines import checks
+from conformance.engines.builder_verdict import judge_builder, judge_sweep
 from conformance.engines.sglang.adapter import BACKENDS, MAX_CONTEXT_LEN, record_class
 from conformance.engines.sglang.batch import KIND_SPECS, OPTIONAL_SET, batch_kind, forward_batch
 from conformance.engines.target import engine_target
-from conformance.metadata.batch import BATCH_SPECS
+from conformance.metadata.batch import BATCH_SPECS, BatchSpec
 
 MUST_BUILD = engine_target("sglang").must_build
 POOL = 16  # requests the measurement's runners hold
@@ -26,28 +27,17 @@ def test_record_fields_come_from_the_installed_dataclass(facts) -> None:
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 def test_builder_builds(facts, name, record_property) -> None:
-    backend = facts.builders[name]
-    record_property("builder_status", backend.status)
-    record_property("builder_class", backend.cls)
-    record_property("batch_kinds", ",".join(backend.batch_kinds))
-    if name in MUST_BUILD:
-        assert backend.status == "built", f"{name}: {backend.reason}"
-        assert set(backend.batch_kinds) == set(KIND_SPECS), f"{name}: {backend.reason}"
-    elif backend.status != "built":
-        pytest.skip(f"{name} {backend.status} only: {backend.reason}")
+    judge_builder(name, facts.builders[name], MUST_BUILD, KIND_SPECS, record_property)
 
 
 @pytest.mark.parametrize("name", MUST_BUILD)
 def test_builder_builds_the_whole_sweep(run, name) -> None:
     backend = run.construct(name)
-    failures = []
-    for spec in SWEEP:
-        outcome = checks.attempt(
-            lambda s=spec: run.build(backend, forward_batch(s, run.runner(name)))
-        )
-        if not outcome.ok:
-            failures.append(f"{spec.name} ({batch_kind(spec)}): {outcome.error}")
-    assert not failures, f"{name} failed on: {failures}"
+
+    def build(spec: BatchSpec) -> object:
+        return run.build(backend, forward_batch(spec, run.runner(name)))
+
+    judge_sweep(name, SWEEP, build, batch_kind)
 
 
 def test_needed_fields_are_measured(facts) -> None:

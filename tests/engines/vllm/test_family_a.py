@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.engines import checks
+from conformance.engines.builder_verdict import judge_builder, judge_sweep
 from conformance.engines.vllm.adapter import BUILDERS, MAX_MODEL_LEN, MUST_BUILD
 from conformance.engines.vllm.measure import KIND_SPECS, batch_kind
 from conformance.metadata import validate
@@ -33,29 +34,20 @@ def test_suite_validator_accepts_vllm_records(measurement, spec) -> None:
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_builder_builds(facts, name, record_property) -> None:
-    builder = facts.builders[name]
-    record_property("builder_status", builder.status)
-    record_property("batch_kinds", ",".join(builder.batch_kinds))
-    if name in MUST_BUILD:
-        assert builder.status == "built", f"{name}: {builder.reason}"
-        assert set(builder.batch_kinds) == set(KIND_SPECS), f"{name}: {builder.reason}"
-    elif builder.status != "built":
-        pytest.skip(f"{name} {builder.status} only: {builder.reason}")
+    judge_builder(name, facts.builders[name], MUST_BUILD, KIND_SPECS, record_property)
 
 
 @pytest.mark.parametrize("name", MUST_BUILD)
 def test_builder_builds_the_whole_sweep(measurement, name, record_property) -> None:
     engine = measurement.engine(name)
     built = measurement.construct(name)
-    failures = []
+    judged = []
     for spec in SWEEP:
         if (name, spec.name) in REPORTED:
             record_property(f"reported:{spec.name}", REPORTED[name, spec.name])
-            continue
-        outcome = checks.attempt(lambda s=spec: engine.build(built, engine.record(s)))
-        if not outcome.ok:
-            failures.append(f"{spec.name} ({batch_kind(spec)}): {outcome.error}")
-    assert not failures, f"{name} failed on: {failures}"
+        else:
+            judged.append(spec)
+    judge_sweep(name, judged, lambda spec: engine.build(built, engine.record(spec)), batch_kind)
 
 
 def test_needed_fields_are_measured(facts) -> None:

@@ -129,16 +129,24 @@ def fp8_pair(backend: VllmDecodeBackend) -> tuple[torch.dtype, torch.dtype]:
     return next(pair for pair in backend.dtype_pairs if pair[1] == E4M3)
 
 
+def assert_masking_catches(
+    backend: VllmDecodeBackend, pair: tuple[torch.dtype, torch.dtype], broken: str, named: str
+) -> None:
+    """The masking family, the output judged, fails `backend` (broken as `broken` says) on
+    the dtype `pair`, every failure naming `named`."""
+    __tracebackhide__ = True
+    failures = masking_failures(backend, *pair, LAYER, lambda *_: None, parts=("out",))
+    assert failures, f"{backend.name}: {broken} passed the masking family"
+    assert all(named in failure for failure in failures), failures
+
+
 @pytest.mark.negative_control
 @pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
 def test_k_scale_not_applied_fails_naming_the_kv_scale(implementations, impl, workdir) -> None:
     """A layer whose k-scale is left at 1.0 over an fp8 cache of scale != 1 is caught: the
     masking judge reports the output off by the kv scale."""
     backend = faulty(implementations, impl, Fault.K_SCALE_NOT_APPLIED, workdir)
-    pair = fp8_pair(backend)
-    failures = masking_failures(backend, *pair, LAYER, lambda *_: None, parts=("out",))
-    assert failures, f"vLLM {impl}: a k-scale left at 1.0 passed the masking family"
-    assert all("kv scale" in failure for failure in failures), failures
+    assert_masking_catches(backend, fp8_pair(backend), "a k-scale left at 1.0", "kv scale")
 
 
 @pytest.mark.negative_control
@@ -147,10 +155,7 @@ def test_seq_len_off_by_one_fails_naming_the_row(implementations, impl, workdir)
     """Decode metadata whose first ``seq_lens`` entry is one too long reads a token past the
     request's end: the masking judge names request 0's rows."""
     backend = faulty(implementations, impl, Fault.SEQ_LEN_OFF_BY_ONE, workdir)
-    pair = backend.dtype_pairs[0]
-    failures = masking_failures(backend, *pair, LAYER, lambda *_: None, parts=("out",))
-    assert failures, f"vLLM {impl}: seq_lens[0] off by one passed the masking family"
-    assert all("request 0" in failure for failure in failures), failures
+    assert_masking_catches(backend, backend.dtype_pairs[0], "seq_lens[0] off by one", "request 0")
 
 
 @pytest.mark.negative_control

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import re
 import sys
-from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -22,33 +20,27 @@ import torch
 
 from backends import flashinfer_backend as fib
 from backends import registry
-from conformance.goldens import GoldenCase, GoldenStore, load_golden
-from conformance.goldens.assertions import assert_result_matches, run_decode
-from conformance.metadata.dims import DEEPSEEK_R1
-from conformance.stubs.protocol import MLAAttentionLayer
+from conformance.goldens.assertions import assert_result_matches
 
 import fake_flashinfer as fake
+from backend_under_test import (
+    OnCpu,
+    assert_passes_what_it_declares,
+    decode_golden,
+    failed_cases,
+    run_numerics,
+)
 
 pytestmark = pytest.mark.selftest
 
-REPO = Path(__file__).resolve().parents[3]
-NUMERICS = REPO / "tests" / "conformance" / "test_numerics.py"
-LAYER = "model.layers.0.self_attn.attn"
 FP8_KV = "gfx950-h32-bf16q-fp8kv-q1-p1-cu256-vllm46997"
 BF16 = "tiny-triton-h16-bf16-q2-p16-cu132-padded"
 
 
-class CpuFlashInfer(fib.FlashInferBackend):
+class CpuFlashInfer(OnCpu, fib.FlashInferBackend):
     """The backend, on the CPU over the stand-in."""
 
     name: ClassVar[str] = "flashinfer-on-fake"
-
-    def availability(self):
-        return fib.Availability(True)
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
 
 
 @pytest.fixture
@@ -57,14 +49,6 @@ def backend(monkeypatch: pytest.MonkeyPatch) -> CpuFlashInfer:
         monkeypatch.setitem(sys.modules, name, None)  # restored (or removed) afterwards
     fake.install()
     return CpuFlashInfer()
-
-
-def _decode(backend: CpuFlashInfer, case_id: str):
-    golden = load_golden(GoldenStore(), case_id)
-    layer = MLAAttentionLayer(dims=DEEPSEEK_R1.dims, num_heads=golden.case.heads)
-    builder = backend.make_builder(golden.builder_config("cpu"), [LAYER], {LAYER: layer})
-    decode = builder.build(golden.cam("cpu")).decode
-    return golden, decode, run_decode(backend, golden, decode)
 
 
 def _calls(kind: str) -> list[dict]:
@@ -89,7 +73,7 @@ def test_it_is_registered_and_reports_why_it_cannot_run_here() -> None:
 
 
 def test_fp8_cache_plan_and_run_arguments(backend: CpuFlashInfer) -> None:
-    golden, decode, (out, lse) = _decode(backend, FP8_KV)
+    golden, decode, (out, lse) = decode_golden(backend, FP8_KV)
     assert isinstance(decode.scheduler, fib.FlashInferSchedule) and decode.plan is None
     (init,) = _calls("init")
     assert init["backend"] == "fa2" and init["workspace"].numel() == fib.WORKSPACE_BYTES
@@ -117,7 +101,7 @@ def test_fp8_cache_plan_and_run_arguments(backend: CpuFlashInfer) -> None:
 
 
 def test_bf16_cache_with_padded_rows_takes_no_kernel_scale(backend: CpuFlashInfer) -> None:
-    golden, decode, (out, lse) = _decode(backend, BF16)
+    golden, decode, (out, lse) = decode_golden(backend, BF16)
     assert golden.case.pad_rows and len(decode.query_start_loc) > golden.case.batch + 1
     (plan,) = _calls("plan")
     assert len(plan["metadata"].qo_indptr) == golden.case.batch + 1  # padding dropped
@@ -175,36 +159,16 @@ def test_the_stand_in_follows_flashinfer_s_lse_convention(monkeypatch) -> None:
 
 
 def test_the_lse_is_converted_from_base_2(backend: CpuFlashInfer) -> None:
-    golden, _, (_, lse) = _decode(backend, FP8_KV)
+    golden, _, (_, lse) = decode_golden(backend, FP8_KV)
     finite = torch.isfinite(golden["lse"])
     ratio = (lse[finite] / golden["lse"][finite]).mean()
     assert abs(float(ratio) - 1.0) < 1e-3, "natural-log LSE expected"
     assert math.isclose(fib.LN2, math.log(2.0))
 
 
-def _numerics_run(pytester, monkeypatch, backend) -> pytest.RunResult:
-    real = registry.get_backend
-    monkeypatch.setattr(
-        registry, "get_backend", lambda n: backend if n == backend.name else real(n)
-    )
-    return pytester.runpytest_inprocess(
-        str(NUMERICS),
-        f"--backend={backend.name}",
-        "-p",
-        "no:cacheprovider",
-        "-rfs",
-        "-k",
-        "decode_matches",
-    )
-
-
 def test_it_passes_the_numerics_contract_on_what_it_declares(pytester, monkeypatch, backend):
-    result = _numerics_run(pytester, monkeypatch, backend)
-    cases = [GoldenCase.from_json(e.case) for e in GoldenStore().read_manifest().entries.values()]
-    claimed = [c for c in cases if not backend.dtype_skip(c.q_torch_dtype, c.kv_torch_dtype)]
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("passed") == len(claimed) >= 8, outcomes
-    assert outcomes.get("skipped") == len(cases) - len(claimed)
+    result = run_numerics(pytester, monkeypatch, backend)
+    assert_passes_what_it_declares(result, backend, at_least=8)
     result.stdout.fnmatch_lines(["*not applicable: flashinfer-on-fake declares q_dtypes=(bf16)*"])
 
 
@@ -216,9 +180,7 @@ def test_an_unconverted_lse_fails_the_numerics_contract(pytester, monkeypatch, b
             out, lse = super().decode_scaled(q, kv_cache, decode, scales)
             return out, lse / fib.LN2
 
-    result = _numerics_run(pytester, monkeypatch, KeepsBase2())
-    failed = {
-        m.group(1) for line in result.outlines if (m := re.match(r"^FAILED .*\[(.+)\]", line))
-    }
+    result = run_numerics(pytester, monkeypatch, KeepsBase2())
+    failed = failed_cases(result)
     assert FP8_KV in failed and BF16 in failed
     result.stdout.fnmatch_lines([f"*{FP8_KV} decode (own metadata) lse: MISMATCH*"])

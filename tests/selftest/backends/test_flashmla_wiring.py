@@ -10,8 +10,6 @@ variant: descales dropped, the causal flag off, a page size other than 64 passed
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -20,37 +18,33 @@ import torch
 from backends import registry
 from backends.flashmla import backend as fm
 from backends.flashmla import ops as fm_ops
-from conformance.goldens import GoldenCase, GoldenStore, load_golden
+from conformance.goldens import GoldenStore, load_golden
 from conformance.goldens.assertions import assert_result_matches, run_decode
 from conformance.goldens.relayout import for_backend
-from conformance.metadata.dims import DEEPSEEK_R1
-from conformance.stubs.protocol import MLAAttentionLayer
 
 import fake_flashmla as fake
+from backend_under_test import (
+    MASKING,
+    OnCpu,
+    assert_passes_what_it_declares,
+    decode_golden,
+    failed_cases,
+    run_conformance,
+    run_numerics,
+)
 
 pytestmark = pytest.mark.selftest
 
-REPO = Path(__file__).resolve().parents[3]
-NUMERICS = REPO / "tests" / "conformance" / "test_numerics.py"
-MASKING = REPO / "tests" / "conformance" / "test_masking.py"
-LAYER = "model.layers.0.self_attn.attn"
 BF16_MTP = "tiny-triton-h16-bf16-q2-p16-cu132-padded"  # page 16, q_len 2, padded rows
 BF16_P64 = "tiny-gfx942-h32-bf16-q2-p64-cu304"
 FP8 = "tiny-gfx950-h32-fp8-q2-p16-cu256"
 FP8_LONG = "gfx950-h32-fp8-q2-p1-cu256-vllm46997"
 
 
-class CpuFlashMLA(fm.FlashMLABackend):
+class CpuFlashMLA(OnCpu, fm.FlashMLABackend):
     """The backend, on the CPU over the stand-in."""
 
     name: ClassVar[str] = "flashmla-on-fake"
-
-    def availability(self):
-        return fm.Availability(True)
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
 
 
 @pytest.fixture(autouse=True)
@@ -58,14 +52,6 @@ def stand_in(monkeypatch: pytest.MonkeyPatch):
     fake.CALLS.clear()
     monkeypatch.setattr(fm, "find_ops", lambda: fake.ops())
     yield fake
-
-
-def _decode(backend: fm.FlashMLABackend, case_id: str):
-    golden = for_backend(load_golden(GoldenStore(), case_id), backend)
-    layer = MLAAttentionLayer(dims=DEEPSEEK_R1.dims, num_heads=golden.case.heads)
-    builder = backend.make_builder(golden.builder_config("cpu"), [LAYER], {LAYER: layer})
-    decode = builder.build(golden.cam("cpu")).decode
-    return golden, decode, run_decode(backend, golden, decode)
 
 
 def _matches(golden, backend, out, lse) -> None:
@@ -127,7 +113,7 @@ def test_a_folder_without_or_with_a_broken_library_is_one_line(monkeypatch, tmp_
 
 def test_bf16_arguments_and_the_schedule_made_on_the_first_call() -> None:
     backend = CpuFlashMLA()
-    golden, decode, (out, lse) = _decode(backend, BF16_MTP)
+    golden, decode, (out, lse) = decode_golden(backend, BF16_MTP)
     case = golden.case
     assert case.page_size == 64 and golden.meta["relaid_from_page_size"] == 16
     (call,) = _calls("dense")
@@ -145,7 +131,7 @@ def test_bf16_arguments_and_the_schedule_made_on_the_first_call() -> None:
 
 def test_e4m3_schedule_once_per_batch_and_the_descales() -> None:
     backend = CpuFlashMLA()
-    golden, decode, (out, lse) = _decode(backend, FP8)
+    golden, decode, (out, lse) = decode_golden(backend, FP8)
     (meta,) = _calls("fp8_metadata")
     assert meta["num_q_tokens_per_head_k"] == golden.case.q_len * golden.case.heads
     (call,) = _calls("fp8")
@@ -171,35 +157,10 @@ def test_a_batch_of_unequal_query_lengths_is_refused_naming_the_request() -> Non
         fm.uniform_query_len(decode)
 
 
-def _run(pytester, monkeypatch, backend, *args: str) -> pytest.RunResult:
-    real = registry.get_backend
-    monkeypatch.setattr(
-        registry, "get_backend", lambda n: backend if n == backend.name else real(n)
-    )
-    return pytester.runpytest_inprocess(
-        *args, f"--backend={backend.name}", "-p", "no:cacheprovider", "-rfs"
-    )
-
-
-def _numerics_run(pytester, monkeypatch, backend) -> pytest.RunResult:
-    return _run(pytester, monkeypatch, backend, str(NUMERICS), "-k", "decode_matches")
-
-
-def _failed(result: pytest.RunResult) -> set[str]:
-    """The case ids of the failed tests (the node id's parameter, not the message's)."""
-    return {
-        m.group(1) for line in result.outlines if (m := re.match(r"^FAILED \S*?\[([^]]+)\]", line))
-    }
-
-
 def test_it_passes_the_numerics_contract_on_what_it_declares(pytester, monkeypatch):
     backend = CpuFlashMLA()
-    result = _numerics_run(pytester, monkeypatch, backend)
-    cases = [GoldenCase.from_json(e.case) for e in GoldenStore().read_manifest().entries.values()]
-    claimed = [c for c in cases if not backend.dtype_skip(c.q_torch_dtype, c.kv_torch_dtype)]
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("passed") == len(claimed) >= 10, outcomes
-    assert outcomes.get("skipped") == len(cases) - len(claimed)
+    result = run_numerics(pytester, monkeypatch, backend)
+    assert_passes_what_it_declares(result, backend, at_least=10)
     result.stdout.fnmatch_lines(["*not applicable: flashmla-on-fake declares dtype_pairs=*"])
 
 
@@ -270,23 +231,23 @@ class KeepsFlashMLALse(CpuFlashMLA):
 def test_the_suite_catches_a_broken_flashmla_call(broken, must_fail) -> None:
     backend = broken()
     with pytest.raises((AssertionError, RuntimeError)):
-        golden, _, (out, lse) = _decode(backend, must_fail)
+        golden, _, (out, lse) = decode_golden(backend, must_fail)
         _matches(golden, backend, out, lse)
 
 
 def test_the_suite_catches_a_schedule_reused_for_another_batch(pytester, monkeypatch) -> None:
     ReusesOneSchedule.kept.clear()
-    result = _numerics_run(pytester, monkeypatch, ReusesOneSchedule())
-    assert len(_failed(result)) >= 2, result.outlines[-5:]
+    result = run_numerics(pytester, monkeypatch, ReusesOneSchedule())
+    assert len(failed_cases(result)) >= 2, result.outlines[-5:]
 
 
 def test_it_passes_the_masking_contract_in_64_token_pages(pytester, monkeypatch) -> None:
-    result = _run(pytester, monkeypatch, CpuFlashMLA(), str(MASKING))
+    result = run_conformance(pytester, monkeypatch, CpuFlashMLA(), str(MASKING))
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 2 and "failed" not in outcomes, outcomes
 
 
 def test_the_masking_contract_catches_the_causal_flag_off(pytester, monkeypatch) -> None:
-    result = _run(pytester, monkeypatch, CausalOff(), str(MASKING))
+    result = run_conformance(pytester, monkeypatch, CausalOff(), str(MASKING))
     assert result.parseoutcomes().get("failed") == 2
     result.stdout.fnmatch_lines(["*query token 0*"])

@@ -11,6 +11,10 @@ from conformance.ci.engine_options import EngineSessionError, parse_options, usa
 from conformance.ci.engine_session import replace_pins
 from conformance.engines.target import VLLM
 
+from synthetic_reports import write_engine_junit
+
+BUILT = {f"test_builder_builds[{b}]": "passed" for b in VLLM.must_build}
+
 
 def test_supported_versions_are_bounded() -> None:
     assert VLLM.supports(VLLM.version) is None
@@ -54,39 +58,29 @@ def test_bad_session_arguments_are_one_line(args: list[str], message: str) -> No
         parse_options(VLLM, args)
 
 
-def _junit(tmp_path: Path, cases: dict[str, str]) -> Path:
-    body = "".join(
-        f'<testcase classname="t" name="{name}">{"" if state == "passed" else f"<{state}/>"}'
-        "</testcase>"
-        for name, state in cases.items()
-    )
-    path = tmp_path / "vllm.xml"
-    path.write_text(f'<testsuites><testsuite name="mla-vllm">{body}</testsuite></testsuites>')
-    return path
-
-
 def test_junit_check_passes_when_every_required_builder_built(tmp_path: Path) -> None:
-    cases = {f"test_builder_builds[{b}]": "passed" for b in VLLM.must_build}
-    assert engine_junit.problems(_junit(tmp_path, cases), VLLM.must_build) == []
-    assert engine_junit.main([str(tmp_path / "vllm.xml")]) == 0
+    junit = write_engine_junit(tmp_path, "vllm", BUILT)
+    assert engine_junit.problems(junit, VLLM.must_build) == []
+    assert engine_junit.main([str(junit)]) == 0
 
 
-@pytest.mark.parametrize("state", ["skipped", "failure", "missing"])
+@pytest.mark.parametrize("state", ["skipped", "failed", "missing"])
 def test_junit_check_fails_when_a_builder_did_not_build(tmp_path: Path, state: str) -> None:
-    cases = {f"test_builder_builds[{b}]": "passed" for b in VLLM.must_build}
+    cases = dict(BUILT)
     if state == "missing":
         del cases["test_builder_builds[ROCM_AITER_MLA]"]
     else:
         cases["test_builder_builds[ROCM_AITER_MLA]"] = state
-    found = engine_junit.problems(_junit(tmp_path, cases), VLLM.must_build)
+    junit = write_engine_junit(tmp_path, "vllm", cases)
+    found = engine_junit.problems(junit, VLLM.must_build)
     assert any("ROCM_AITER_MLA did not build" in problem for problem in found)
-    assert engine_junit.main([str(tmp_path / "vllm.xml")]) == 1
+    assert engine_junit.main([str(junit)]) == 1
 
 
 def test_junit_check_fails_on_any_failed_test(tmp_path: Path) -> None:
-    cases = {f"test_builder_builds[{b}]": "passed" for b in VLLM.must_build}
-    cases["test_stub_without_q_lora_rank_fails_naming_it"] = "failure"
-    assert engine_junit.problems(_junit(tmp_path, cases), VLLM.must_build) == [
+    cases = {**BUILT, "test_stub_without_q_lora_rank_fails_naming_it": "failed"}
+    junit = write_engine_junit(tmp_path, "vllm", cases)
+    assert engine_junit.problems(junit, VLLM.must_build) == [
         "test_stub_without_q_lora_rank_fails_naming_it failure"
     ]
 

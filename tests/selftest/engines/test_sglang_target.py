@@ -12,6 +12,8 @@ from conformance.engines.sglang.platform import unsupported_platform
 from conformance.engines.target import engine_target
 from conformance.targets import BUILTIN_TARGETS
 
+from synthetic_reports import write_engine_junit
+
 SGLANG = engine_target("sglang")
 
 
@@ -55,22 +57,11 @@ def test_a_platform_the_wheel_does_not_support_is_one_line(system, machine, libc
         assert reason is not None and says in reason and "\n" not in reason
 
 
-def _junit(tmp_path: Path, cases: dict[str, str]) -> Path:
-    body = "".join(
-        f'<testcase classname="t" name="{name}">{"" if state == "passed" else f"<{state}/>"}'
-        "</testcase>"
-        for name, state in cases.items()
-    )
-    path = tmp_path / "sglang.xml"
-    path.write_text(f'<testsuites><testsuite name="mla-sglang">{body}</testsuite></testsuites>')
-    return path
-
-
 def test_junit_check_names_sglang_s_backends(tmp_path: Path) -> None:
     cases = {f"test_builder_builds[{b}]": "passed" for b in SGLANG.must_build}
-    assert engine_junit.problems(_junit(tmp_path, cases), SGLANG.must_build) == []
-    assert engine_junit.main([str(tmp_path / "sglang.xml")]) == 0
+    junit = write_engine_junit(tmp_path, "sglang", cases)
+    assert engine_junit.problems(junit, SGLANG.must_build) == []
+    assert engine_junit.main([str(junit)]) == 0
     cases["test_builder_builds[aiter]"] = "skipped"
-    assert engine_junit.problems(_junit(tmp_path, cases), SGLANG.must_build) == [
-        "aiter did not build (skipped)"
-    ]
+    junit = write_engine_junit(tmp_path, "sglang", cases)
+    assert engine_junit.problems(junit, SGLANG.must_build) == ["aiter did not build (skipped)"]

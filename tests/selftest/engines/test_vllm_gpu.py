@@ -187,6 +187,35 @@ def test_a_wheel_without_flashmla_is_refused(tmp_path: Path) -> None:
         carry.python_tree(archive, tmp_path)
 
 
+@pytest.mark.parametrize("script", ["vllm_gpu_carry.py", "flashmla_carry.py"])
+def test_a_wheel_that_is_not_there_is_one_line(tmp_path: Path, script: str) -> None:
+    missing = tmp_path / "vllm.whl"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / script),
+            str(tmp_path / "out"),
+            "--wheel",
+            str(missing),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert (run.returncode, run.stderr) == (1, f"--wheel {missing}: no such file\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_wheel_that_cannot_be_downloaded_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    carry = _carry_module()
+
+    def no_index(*args: object, **kwargs: object) -> list[Path]:
+        raise subprocess.CalledProcessError(1, "pip download")
+
+    monkeypatch.setattr(carry, "download", no_index)
+    assert carry.main([str(tmp_path / "out"), "--vllm-version", "0.30.0"]) == 1
+    assert capsys.readouterr().err == "vllm==0.30.0: no CUDA wheel could be downloaded\n"
+
+
 def test_the_session_without_nox_says_what_is_wrong_in_one_line(capsys) -> None:
     """No target, an unknown one, an installing option, no engine in this interpreter: one
     line each, usage errors exit 2, a missing engine 1; nothing runs."""

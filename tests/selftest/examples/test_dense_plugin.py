@@ -2,9 +2,9 @@
 
 The example is installed into a fresh target directory through the plug-in hook of the
 nox sessions (`conformance.harness.plugins_env`), found by its entry point, run through
-the whole conformance set and signed off. Three broken variants of it (kv scale dropped,
-LSE scaled, causal mask shifted by one) must fail the numerics contract, naming the case
-and the error figures.
+the whole conformance set and signed off. Four broken variants of it (kv scale dropped,
+its own softmax scale, LSE scaled, causal mask shifted by one) must fail the numerics
+contract on exactly the cases they break, naming the case and the error figures.
 """
 
 from __future__ import annotations
@@ -16,30 +16,24 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 import torch
 
-from backends import registry
 from backends.base import DecodeScales
-from conformance.goldens import GoldenCase, GoldenStore
 from conformance.harness.plugins_env import PLUGINS_ENV, install_plugins
 
+from backend_under_test import failed_cases, golden_cases, run_numerics
 from plugin_install import EXAMPLE, REPO, pip_target
 
 pytestmark = pytest.mark.selftest
 
-NUMERICS = REPO / "tests" / "conformance" / "test_numerics.py"
 NAME = "dense_torch"
 PYTEST = (sys.executable, "-m", "pytest", "tests/conformance", "-q", "-p", "no:cacheprovider")
 SIGNOFF = (sys.executable, "-m", "conformance", "signoff")
-
-
-def _cases() -> list[GoldenCase]:
-    entries = GoldenStore().read_manifest().entries.values()
-    return [GoldenCase.from_json(entry.case) for entry in entries]
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +73,7 @@ def test_the_example_passes_the_conformance_set_and_signs_off(installed: Path) -
     assert run.returncode == 0, run.stdout[-4000:]
     text = junit.read_text()
     decoded = set(re.findall(r'name="test_decode_matches_golden\[([^\]]+)\]"', text))
-    assert decoded == {case.id for case in _cases()}, "every golden decode case must run"
+    assert decoded == {case.id for case in golden_cases()}, "every golden decode case must run"
     skipped = re.findall(r'<skipped[^>]*message="([^"]*)"', text)
     assert skipped and all(m.startswith("not applicable: ") for m in skipped), skipped[:3]
     assert not any("test_decode_matches_golden" in m for m in skipped)
@@ -107,53 +101,47 @@ def example(monkeypatch: pytest.MonkeyPatch):
     return backend
 
 
-def _run_broken(pytester, monkeypatch, broken) -> pytest.RunResult:
-    real = registry.get_backend
-    monkeypatch.setattr(registry, "get_backend", lambda n: broken if n == broken.name else real(n))
-    return pytester.runpytest_inprocess(
-        str(NUMERICS),
-        f"--backend={broken.name}",
-        "-p",
-        "no:cacheprovider",
-        "-rf",
-        "-k",
-        "decode_matches",
-    )
+Rescale = Callable[[torch.Tensor, DecodeScales], DecodeScales]
 
 
-def _failed(result: pytest.RunResult) -> set[str]:
-    pattern = re.compile(r"^FAILED .*::test_decode_matches_golden\[([^\]]+)\]")
-    return {m.group(1) for line in result.outlines if (m := pattern.match(line))}
+def _rescaled(example, label: str, rescale: Rescale):
+    """The example's backend, named `label`, decoding with ``rescale(q, scales)`` for the
+    scales it is given."""
+
+    class Rescaled(example.DenseTorchBackend):
+        name: ClassVar[str] = label
+
+        def decode_scaled(self, q, kv_cache, decode, scales):
+            return super().decode_scaled(q, kv_cache, decode, rescale(q, scales))
+
+    return Rescaled()
+
+
+def _assert_fails_exactly(result: pytest.RunResult, cases: set[str], part: str) -> None:
+    """The numerics run failed on exactly `cases`, the first of them naming a mismatch of
+    its `part` (``out``, ``lse`` or ``*``) with the error figures."""
+    __tracebackhide__ = True
+    assert cases and failed_cases(result) == cases
+    case = sorted(cases)[0]
+    result.stdout.fnmatch_lines([f"*{case} decode (*) {part}: MISMATCH*", "*max abs err *"])
 
 
 def test_the_example_without_its_kv_scale_fails(pytester, monkeypatch, example) -> None:
-    class DropsKvScale(example.DenseTorchBackend):
-        name: ClassVar[str] = "dense-drops-kv-scale"
+    def unscaled(q: torch.Tensor, scales: DecodeScales) -> DecodeScales:
+        return DecodeScales(scales.sm_scale, scales.q_scale, 1.0)
 
-        def decode_scaled(self, q, kv_cache, decode, scales):
-            unscaled = DecodeScales(scales.sm_scale, scales.q_scale, 1.0)
-            return super().decode_scaled(q, kv_cache, decode, unscaled)
-
-    result = _run_broken(pytester, monkeypatch, DropsKvScale())
-    fp8_kv = {c.id for c in _cases() if c.kv_dtype == "fp8"}
-    assert _failed(result) == fp8_kv
-    case = sorted(fp8_kv)[0]
-    result.stdout.fnmatch_lines([f"*{case} decode (*) out: MISMATCH*", "*max abs err *"])
+    broken = _rescaled(example, "dense-drops-kv-scale", unscaled)
+    result = run_numerics(pytester, monkeypatch, broken)
+    _assert_fails_exactly(result, {c.id for c in golden_cases() if c.kv_dtype == "fp8"}, "out")
 
 
 def test_the_example_with_its_own_softmax_scale_fails(pytester, monkeypatch, example) -> None:
-    class OwnScale(example.DenseTorchBackend):
-        name: ClassVar[str] = "dense-own-scale"
+    def own(q: torch.Tensor, scales: DecodeScales) -> DecodeScales:
+        return DecodeScales(1.0 / math.sqrt(q.shape[-1]), scales.q_scale, scales.kv_scale)
 
-        def decode_scaled(self, q, kv_cache, decode, scales):
-            own = DecodeScales(1.0 / math.sqrt(q.shape[-1]), scales.q_scale, scales.kv_scale)
-            return super().decode_scaled(q, kv_cache, decode, own)
-
-    result = _run_broken(pytester, monkeypatch, OwnScale())
-    other_scale = {c.id for c in _cases() if c.sm_scale != 1.0 / math.sqrt(576)}
-    assert other_scale and _failed(result) == other_scale
-    case = sorted(other_scale)[0]
-    result.stdout.fnmatch_lines([f"*{case} decode (*) out: MISMATCH*", "*max abs err *"])
+    result = run_numerics(pytester, monkeypatch, _rescaled(example, "dense-own-scale", own))
+    other_scale = {c.id for c in golden_cases() if c.sm_scale != 1.0 / math.sqrt(576)}
+    _assert_fails_exactly(result, other_scale, "out")
 
 
 def test_the_example_with_a_scaled_lse_fails(pytester, monkeypatch, example) -> None:
@@ -164,9 +152,8 @@ def test_the_example_with_a_scaled_lse_fails(pytester, monkeypatch, example) -> 
             out, lse = super().decode_scaled(q, kv_cache, decode, scales)
             return out, lse * 2.0
 
-    result = _run_broken(pytester, monkeypatch, ScalesLse())
-    assert _failed(result) == {c.id for c in _cases()}
-    result.stdout.fnmatch_lines(["*decode (*) lse: MISMATCH*", "*max abs err *"])
+    result = run_numerics(pytester, monkeypatch, ScalesLse())
+    _assert_fails_exactly(result, {c.id for c in golden_cases()}, "lse")
 
 
 def test_the_example_with_its_causal_mask_shifted_fails(pytester, monkeypatch, example) -> None:
@@ -187,8 +174,5 @@ def test_the_example_with_its_causal_mask_shifted_fails(pytester, monkeypatch, e
         name: ClassVar[str] = "dense-shifts-mask"
 
     monkeypatch.setattr(example, "attend", shifted)
-    result = _run_broken(pytester, monkeypatch, ShiftsMask())
-    multi_token = {c.id for c in _cases() if c.q_len > 1 and c.causal}
-    assert multi_token and _failed(result) == multi_token
-    case = sorted(multi_token)[0]
-    result.stdout.fnmatch_lines([f"*{case} decode (*) *: MISMATCH*", "*max abs err *"])
+    result = run_numerics(pytester, monkeypatch, ShiftsMask())
+    _assert_fails_exactly(result, {c.id for c in golden_cases() if c.q_len > 1 and c.causal}, "*")

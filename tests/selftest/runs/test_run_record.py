@@ -23,6 +23,10 @@ EVERY_KEY: dict[str, Any] = {
     "declaration": {}, "backend_provenance": {}, "gpus": [], "pinned": {}, "junit_sha256": "0",
 }  # fmt: skip
 """A value for each key a backend run's sidecar may leave out."""
+ALWAYS_WRITTEN = (
+    "backend", "junit", "finished", "exitstatus", "shard", "selection", "selection_reason"
+)  # fmt: skip
+"""The record's keys that every backend run's sidecar holds."""
 
 
 def _document(path: Path) -> dict[str, Any]:
@@ -38,17 +42,10 @@ def recorded(document: dict[str, Any]) -> RunRecord:
     machine = MachineFacts(**{f.name: document.get(f.name) for f in fields(MachineFacts)})
     session = SessionFacts(**{f.name: document.get(f.name) for f in fields(SessionFacts)})
     return RunRecord(
-        backend=document["backend"],
-        junit=document["junit"],
+        **{key: document[key] for key in ALWAYS_WRITTEN},
+        **{key: document.get(key) for key in ("device_kind", "junit_sha256")},
         machine=machine,
-        finished=document["finished"],
-        exitstatus=document["exitstatus"],
-        shard=document["shard"],
-        selection=document["selection"],
-        selection_reason=document["selection_reason"],
-        device_kind=document.get("device_kind"),
         session=session,
-        junit_sha256=document.get("junit_sha256"),
     )
 
 

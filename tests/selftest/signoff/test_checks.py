@@ -56,10 +56,7 @@ def options(
     reports: Path, declaration: Declaration = TAKES_ALL, **changes: object
 ) -> SignoffOptions:
     settings = {"write": False, "expectations_dir": reports / "expectations", **changes}
-    found = offline_options(reports, **settings)
-    assert isinstance(found.backends, StaticView)
-    found.backends.declarations = {"cpu": declaration}
-    return found
+    return offline_options(reports, declarations={"cpu": declaration}, **settings)
 
 
 def sign(reports: Path, **changes: object) -> dict:
@@ -129,8 +126,7 @@ def uncollected_ids(reports: Path) -> dict:
 def skipped_as_bf16_only(reports: Path, skipped: list[str], passed: list[str]) -> None:
     """cpu's report: `passed` pass, `skipped` skip with a bf16-only declaration's reasons."""
     reasons = {node_id: not_applicable(BF16_ONLY, node_id) or "" for node_id in skipped}
-    outcomes = dict.fromkeys(skipped, "skipped")
-    write_backend(junit(reports), "cpu", passed + skipped, outcomes=outcomes, messages=reasons)
+    write_backend(junit(reports), "cpu", passed + skipped, skips=reasons)
 
 
 def self_declared_not_applicable(reports: Path) -> dict:

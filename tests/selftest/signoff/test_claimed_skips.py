@@ -57,15 +57,9 @@ def _fp8_ids() -> list[str]:
 
 def _sign(tmp_path, skipped: list[str], message: str):
     ids = node_ids("metadata", 4) + skipped
-    write_backend(
-        tmp_path / "junit",
-        "cpu",
-        ids,
-        outcomes=dict.fromkeys(skipped, "skipped"),
-        messages=dict.fromkeys(skipped, message),
-    )
-    options = offline_options(tmp_path, write=False, require=["cpu"])
-    options.backends.declarations = {"cpu": TAKES_FP8}  # type: ignore[attr-defined]
+    write_backend(tmp_path / "junit", "cpu", ids, skips=dict.fromkeys(skipped, message))
+    declarations = {"cpu": TAKES_FP8}
+    options = offline_options(tmp_path, write=False, require=["cpu"], declarations=declarations)
     return run_signoff(options)
 
 

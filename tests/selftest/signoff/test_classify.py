@@ -37,9 +37,12 @@ def expectations(tmp_path: Path) -> Path:
 
 def sign(tmp_path: Path, expectations: Path, **changes):
     options = offline_options(
-        tmp_path / "reports", write=False, expectations_dir=expectations, **changes
+        tmp_path / "reports",
+        write=False,
+        expectations_dir=expectations,
+        declarations={"cpu": PLAN_FREE},
+        **changes,
     )
-    options.backends.declarations = {"cpu": PLAN_FREE}  # type: ignore[attr-defined]
     return run_signoff(options)
 
 
@@ -257,11 +260,7 @@ def write_plans_not_applicable(root: Path, count: int, passed: list[str]) -> lis
     plan = [f"tests/conformance/test_plan.py::test_plan_matches_golden[{c}]" for c in CASES[:count]]
     message = "not applicable: cpu declares plan_format=None"
     write_backend(
-        root / "reports" / "junit",
-        "cpu",
-        passed + plan,
-        outcomes=dict.fromkeys(plan, "skipped"),
-        messages=dict.fromkeys(plan, message),
+        root / "reports" / "junit", "cpu", passed + plan, skips=dict.fromkeys(plan, message)
     )
     return plan
 

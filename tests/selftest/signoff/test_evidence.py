@@ -120,9 +120,8 @@ def test_the_committed_cuda_evidence_predates_hashes_and_is_stale(tmp_path: Path
 def test_an_all_skipped_local_report_never_shadows_evidence(checkout: Path) -> None:
     cuda_evidence(checkout)
     write_backend(
-        checkout / "reports" / "junit", "cuda", IDS,
-        outcomes=dict.fromkeys(IDS, "skipped"), messages=dict.fromkeys(IDS, UNAVAILABLE),
-    )  # fmt: skip
+        checkout / "reports" / "junit", "cuda", IDS, skips=dict.fromkeys(IDS, UNAVAILABLE)
+    )
     result = sign(checkout)
     cuda = result.backends["cuda"]
     assert (cuda.input.source, cuda.status) == ("evidence", Status.PASS)
@@ -174,9 +173,8 @@ def test_save_evidence_of_a_good_run_records_the_fingerprint(checkout: Path) -> 
 
 def test_save_evidence_refuses_an_all_skipped_run(checkout: Path) -> None:
     write_backend(
-        checkout / "reports" / "junit", "cuda", IDS,
-        outcomes=dict.fromkeys(IDS, "skipped"), messages=dict.fromkeys(IDS, UNAVAILABLE),
-    )  # fmt: skip
+        checkout / "reports" / "junit", "cuda", IDS, skips=dict.fromkeys(IDS, UNAVAILABLE)
+    )
     with pytest.raises(
         SignoffInputError, match=f"no cuda test passed .8 reported; first reason: {UNAVAILABLE}"
     ):

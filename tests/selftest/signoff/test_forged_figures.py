@@ -44,16 +44,8 @@ def test_a_backend_whose_comparisons_were_all_not_applicable_is_incomplete(
     ]
     messages = {node_id: not_applicable(declaration, node_id) for node_id in numerics}
     assert all(messages.values())
-    ids = node_ids("metadata", 3) + numerics
-    write_backend(
-        tmp_path / "junit",
-        "cpu",
-        ids,
-        outcomes=dict.fromkeys(numerics, "skipped"),
-        messages=messages,
-    )
-    options = offline_options(tmp_path, require=["cpu"])
-    options.backends.declarations = {"cpu": declaration}  # type: ignore[attr-defined]
+    write_backend(tmp_path / "junit", "cpu", node_ids("metadata", 3) + numerics, skips=messages)
+    options = offline_options(tmp_path, require=["cpu"], declarations={"cpu": declaration})
     backend = run_signoff(options).backends["cpu"]
     assert backend.status is Status.INCOMPLETE
     assert backend.reason.startswith("the numerics contract did not run"), backend.reason

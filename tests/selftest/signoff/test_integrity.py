@@ -232,10 +232,7 @@ def test_a_run_that_ran_nothing_claims_no_device(tmp_path: Path) -> None:
     """A GPU-less machine's cuda.xml (every test unavailable) is NOT RUN, not a device clash."""
     write_backend(junit(tmp_path), "cpu", CPU_IDS)
     message = "backend cuda unavailable: no CUDA device"
-    write_backend(
-        junit(tmp_path), "cuda", CUDA_IDS,
-        outcomes=dict.fromkeys(CUDA_IDS, "skipped"), messages=dict.fromkeys(CUDA_IDS, message),
-    )  # fmt: skip
+    write_backend(junit(tmp_path), "cuda", CUDA_IDS, skips=dict.fromkeys(CUDA_IDS, message))
     edit_sidecar(junit(tmp_path) / "cuda.meta.json", device_kind="none", available=False)
     cuda = release(tmp_path).backends["cuda"]
     assert cuda.status == Status.NOT_RUN

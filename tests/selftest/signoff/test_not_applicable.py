@@ -28,22 +28,15 @@ FP8_KV_CLAIM = "not applicable: cpu declares kv_dtypes=(bf16), the case has kv e
 
 
 def _write(reports: Path, skips: dict[str, str], **sidecar: object) -> None:
-    (junit,) = write_backend(
-        reports / "junit",
-        "cpu",
-        IDS + NUMERICS,
-        outcomes=dict.fromkeys(skips, "skipped"),
-        messages=skips,
-    )
+    (junit,) = write_backend(reports / "junit", "cpu", IDS + NUMERICS, skips=skips)
     if sidecar:
         path = junit.with_name("cpu.meta.json")
         path.write_text(json.dumps({**json.loads(path.read_text()), **sidecar}))
 
 
 def _sign(reports: Path, declaration: Declaration | None, **changes: object):
-    options = offline_options(reports, write=False, **changes)
-    options.backends.declarations = {"cpu": declaration} if declaration else {}  # type: ignore[attr-defined]
-    return run_signoff(options)
+    declarations = {"cpu": declaration} if declaration else None
+    return run_signoff(offline_options(reports, write=False, declarations=declarations, **changes))
 
 
 def _honest(declaration: Declaration) -> dict[str, str]:

@@ -37,13 +37,7 @@ UNAVAILABLE = "backend {name} unavailable: no {name} device"
 
 def write_unavailable(junit: Path, name: str) -> None:
     message = UNAVAILABLE.format(name=name)
-    write_backend(
-        junit,
-        name,
-        IDS,
-        outcomes=dict.fromkeys(IDS, "skipped"),
-        messages=dict.fromkeys(IDS, message),
-    )
+    write_backend(junit, name, IDS, skips=dict.fromkeys(IDS, message))
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 A test double of the selftests (importable as ``synthetic_reports``: pyproject.toml puts
 ``tests/selftest/support`` on pytest's path), and executable documentation of both formats:
 `write_backend` writes the files of one backend run, sharded or not, with chosen outcomes
-per id.
+per id; `write_engine_junit` the JUnit file of an engine run.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+from conformance.applicability import Declaration
 from conformance.runs.names import Shard, junit_name, sidecar_path
 from conformance.runs.record import SIDECAR_FORMAT
 from conformance.runs.shards import select_for_shard
@@ -182,15 +183,17 @@ def write_backend(
     shards: int | None = None,
     outcomes: Mapping[str, str] | None = None,
     messages: Mapping[str, str] | None = None,
+    skips: Mapping[str, str] | None = None,
     sidecars: bool = True,
 ) -> list[Path]:
     """Write the JUnit file(s) (and sidecars) of one complete run of ``backend``.
 
-    ``outcomes`` maps ids to a non-passing outcome; ``messages`` gives their messages.
-    Returns the JUnit paths, in shard order.
+    ``outcomes`` maps ids to a non-passing outcome; ``messages`` gives their messages;
+    ``skips`` maps ids that skip to their messages. Returns the JUnit paths, in shard order.
     """
-    outcomes = outcomes or {}
-    messages = messages or {}
+    skips = skips or {}
+    outcomes = {**dict.fromkeys(skips, "skipped"), **(outcomes or {})}
+    messages = {**skips, **(messages or {})}
     directory.mkdir(parents=True, exist_ok=True)
     layout: list[Shard | None] = (
         [None] if shards is None else [Shard(index, shards) for index in range(1, shards + 1)]
@@ -241,13 +244,30 @@ def write_evidence(directory: Path, backend: str, ids: Sequence[str], **kwargs: 
     return paths
 
 
+def write_engine_junit(directory: Path, engine: str, outcomes: Mapping[str, str]) -> Path:
+    """The JUnit file of an engine run (``<engine>.xml``, as its session writes it): one test
+    of each name in ``outcomes``, with its outcome (one of `OUTCOMES`)."""
+    cases = [
+        SyntheticCase(f"tests/engines/{engine}/test_family_a.py::{name}", outcome)
+        for name, outcome in outcomes.items()
+    ]
+    path = directory / junit_name(engine, None)
+    path.write_text(junit_xml(cases, suite_name=f"mla-{engine}"), encoding="utf-8")
+    return path
+
+
 def offline_options(
-    reports_dir: Path, *, runnable: Sequence[str] | None = ("cpu",), **changes: Any
+    reports_dir: Path,
+    *,
+    runnable: Sequence[str] | None = ("cpu",),
+    declarations: Mapping[str, Declaration] | None = None,
+    **changes: Any,
 ) -> SignoffOptions:
     """`SignoffOptions` over ``reports_dir`` that never asks the real registry.
 
     ``runnable`` plays ``available_backends()`` (None: a registry that cannot be imported);
-    the other built-in backends are unavailable with a fixed reason.
+    the other built-in backends are unavailable with a fixed reason. ``declarations`` are
+    the backends' declarations (none by default).
     """
     reasons = {
         name: f"backend {name} unavailable: no {name} device on this machine"
@@ -255,7 +275,10 @@ def offline_options(
         if runnable is None or name not in runnable
     }
     view = StaticView(
-        names=("cpu", "interpret", "cuda", "rocm"), runnable_names=runnable, reasons=reasons
+        names=("cpu", "interpret", "cuda", "rocm"),
+        runnable_names=runnable,
+        reasons=reasons,
+        declarations=dict(declarations or {}),
     )
     settings: dict[str, Any] = {"reports_dir": reports_dir, "evidence_dir": None, "backends": view}
     if "expectations_dir" in changes:  # the test's own expectation files play the repository's
