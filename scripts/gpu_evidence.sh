@@ -2,8 +2,7 @@
 # One-shot conformance run of the `cuda` backend on a GPU machine without internet access.
 #
 # Uses the machine's own python3, torch and triton; pure-Python wheels the machine lacks
-# (junitparser, defusedxml; pytest-xdist and execnet for parallel kernel selftests) may be
-# carried in .whl/. Runs exactly what `nox -s cuda` runs,
+# (junitparser, defusedxml) may be carried in .whl/. Runs exactly what `nox -s cuda` runs,
 # plus the Triton and Gluon kernel selftests natively, then the decode benchmark, and writes into
 # OUTDIR: evidence/<date>-cuda/ (ready to commit as reports/evidence/<date>-cuda/: cuda.xml,
 # cuda.meta.json, versions.json with the fingerprint of the files that decide the backend,
@@ -28,12 +27,8 @@ python3 scripts/machine_info.py "$out/machine.json" cuda scripts/gpu_evidence.sh
 status=0
 # The evidence folder: checked (passed tests, CUDA device, claims that agree) and fingerprinted.
 conformance_evidence cuda "$(new_run_dir evidence)" "$out" "$out/machine.json" || status=$?
-# The kernel selftests compile a kernel per config: spread over 8 workers where pytest-xdist
-# is installed or carried.
-workers=()
-python3 -c 'import xdist' 2>/dev/null && workers=(-n 8)
 python3 -m pytest tests/selftest/kernels/test_triton_mla.py tests/selftest/kernels/test_gluon_mla.py \
-  tests/selftest/kernels/test_gluon_ws.py "${workers[@]}" \
+  tests/selftest/kernels/test_gluon_ws.py \
   --junitxml="$out/kernels.xml" \
   -p no:cacheprovider -q -rfEs || status=$?
 if [ "$bench" = 1 ]; then
