@@ -94,6 +94,27 @@ def _members(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
     return own, nested
 
 
+def self_assignments(
+    func: ast.FunctionDef | ast.AsyncFunctionDef,
+) -> Iterator[tuple[str, ast.expr]]:
+    """(``attr``, value) for each ``self.attr = value`` in method `func` (its first
+    parameter is ``self``, whatever its name; nested scopes included)."""
+    params = [*func.args.posonlyargs, *func.args.args]
+    if not params:
+        return
+    own = params[0].arg
+    for node in ast.walk(func):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == own
+            ):
+                yield target.attr, node.value
+
+
 def position(node: ast.AST) -> tuple[int, int]:
     """(line, column) for sorting."""
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from conformance.audit.astutil import Scope, constant_str, dotted
+from conformance.audit.astutil import Scope, constant_str, dotted, self_assignments
 from conformance.audit.shapes import ScopeValues
 from conformance.audit.sites import EngineSites
 
@@ -107,20 +107,10 @@ def init_params(node: ast.ClassDef) -> dict[str, str]:
     for stmt in node.body:
         if isinstance(stmt, ast.FunctionDef) and stmt.name == "__init__":
             args = [*stmt.args.posonlyargs, *stmt.args.args, *stmt.args.kwonlyargs]
-            if not args:
-                return {}
-            own, params = args[0].arg, {a.arg for a in args[1:]}
-            found: dict[str, str] = {}
-            for sub in ast.walk(stmt):
-                if not (isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name)):
-                    continue
-                for target in sub.targets:
-                    if (
-                        isinstance(target, ast.Attribute)
-                        and isinstance(target.value, ast.Name)
-                        and target.value.id == own
-                        and sub.value.id in params
-                    ):
-                        found[target.attr] = sub.value.id
-            return found
+            params = {a.arg for a in args[1:]}
+            return {
+                attr: value.id
+                for attr, value in self_assignments(stmt)
+                if isinstance(value, ast.Name) and value.id in params
+            }
     return {}
