@@ -32,6 +32,17 @@ def terminal(node: ast.AST | None) -> str | None:
     return text.rsplit(".", 1)[-1] if text else None
 
 
+def sets_attribute(call: ast.Call) -> bool:
+    """Whether `call` sets the attribute its second argument names on its first:
+    ``setattr``, ``object.__setattr__``, ``monkeypatch.setattr``, or ``patch.object`` (the
+    attribute is replaced while the patch is active: a context manager, a decorator,
+    ``start()``)."""
+    name = terminal(call.func)
+    if name == "object":
+        return (dotted(call.func) or "").endswith("patch.object")
+    return name in ("setattr", "__setattr__")
+
+
 def constant_str(node: ast.AST | None) -> str | None:
     """The value of a string literal, else None."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -68,6 +79,11 @@ def iter_scopes(module: ast.Module) -> Iterator[Scope]:
             else:
                 child_q = f"{qualname}.{name}"
             pending.append((child, child_kind, child_q))
+
+
+def own_nodes(node: ast.AST) -> list[ast.AST]:
+    """The nodes of the scope `node` opens (a function's body), nested scopes left out."""
+    return _members(node)[0]
 
 
 def _members(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:

@@ -19,7 +19,7 @@ from conformance.audit.astutil import constant_str, dotted, iter_scopes, termina
 from conformance.audit.definition import definition_facts
 from conformance.audit.sites import VLLM, EngineSites
 
-FACTS_VERSION = 19
+FACTS_VERSION = 20
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
@@ -133,10 +133,12 @@ def extract(module: ast.Module, text: str, sites: EngineSites = VLLM) -> dict[st
                     facts["params"][scope.qualname] = params
                 if facts["sites"] and reach_facts.configures_speculation(scope.nodes, sites):
                     facts["speculative"].append(scope.qualname)
-                patched = reach_facts.patched_methods(scope.nodes)
-                if patched:
-                    facts["patched"][scope.qualname] = patched
         facts["globals"] = reach_facts.module_globals(module)
+    if facts["sites"] or facts["stores"] or facts["standins"]:
+        for scope in scopes:
+            patched = reach_facts.patched_methods(scope) if scope.kind != "class" else []
+            if patched:
+                facts["patched"][scope.qualname] = patched
     if wants_cam:
         facts["called"] = reach_facts.called_methods(every)
     return facts

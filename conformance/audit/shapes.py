@@ -16,7 +16,15 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
-from conformance.audit.astutil import Scope, constant_str, dotted, terminal
+from conformance.audit.astutil import (
+    Scope,
+    constant_str,
+    dotted,
+    own_nodes,
+    sets_attribute,
+    terminal,
+)
+from conformance.audit.selfuse import self_usage
 from conformance.audit.sites import EngineSites
 
 _DEPTH = 4
@@ -39,7 +47,7 @@ class ScopeValues:
                     self._note(target, node.value, node.lineno)
             elif isinstance(node, ast.AnnAssign) and node.value is not None:
                 self._note(node.target, node.value, node.lineno)
-            elif isinstance(node, ast.Call) and terminal(node.func) in ("setattr", "__setattr__"):
+            elif isinstance(node, ast.Call) and sets_attribute(node):
                 args = node.args
                 if len(args) >= 2 and isinstance(args[0], ast.Name) and constant_str(args[1]):
                     value = args[2] if len(args) > 2 else None
@@ -270,13 +278,37 @@ def _raising_blocks(nodes: list[ast.AST]) -> set[int]:
     return found
 
 
+def _bound_sets(value: ast.expr | None, var: str, scope: Scope) -> list[str]:
+    """What ``types.MethodType(f, var)`` sets on `var` on every path, where ``f`` is a
+    function defined in `scope` (the method `value` replaces runs as ``f`` instead)."""
+    if not (
+        isinstance(value, ast.Call)
+        and terminal(value.func) == "MethodType"
+        and len(value.args) == 2
+        and isinstance(value.args[0], ast.Name)
+        and dotted(value.args[1]) == var
+    ):
+        return []
+    name = value.args[0].id
+    for node in scope.nodes:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+            params = [*node.args.posonlyargs, *node.args.args]
+            own = params[0].arg if params else None
+            return self_usage(own_nodes(node), own, node.body)["sets"]
+    return []
+
+
 def _standin(node: ast.Call, cls: str, var: str | None, scope: Scope, facts: ScopeValues) -> dict:
     record = _shape("standin", f"object.__new__({cls.rsplit('.', 1)[-1]})", node, cls)
     record.update(q=scope.qualname, var=var, calls=[], reads=[], init=False)
     if var is None:
         return record
     record["dynamic"] = var in facts.dynamic
-    record["attrs"] = sorted({a for line, a, _ in facts.sets.get(var, []) if line >= node.lineno})
+    later = [(a, value) for line, a, value in facts.sets.get(var, []) if line >= node.lineno]
+    record["attrs"] = sorted({a for a, _ in later})
+    record["replaced"] = {
+        a: sets for a, value in later for sets in [_bound_sets(value, var, scope)] if sets
+    }
     expected_to_fail = _raising_blocks(scope.nodes)
     reads: list[tuple[str, int]] = []
     for other in scope.nodes:

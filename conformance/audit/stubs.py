@@ -20,7 +20,10 @@ measured facts (`measured`), by what the real builders were seen to require.
 
 *Stand-ins* ``x = object.__new__(Cls)`` skip ``__init__``: the attributes the methods
 called on ``x`` (and ``x``'s direct reads) use, that ``Cls``'s methods would set, must be
-set on ``x`` afterwards or exist at class level (STUB004).
+set on ``x`` afterwards or exist at class level (STUB004). A method replaced on ``x``
+(``x.m = ...``, ``patch.object(x, "m")``) or on ``Cls`` (``patch.object(Cls, "m")``,
+`StubJudge._patched`) never runs; a ``types.MethodType(f, x)`` replacement sets what ``f``
+sets.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class StubJudge:
             for store in facts["stores"]:
                 findings += self._store(number, module, facts, store)
             for standin in facts["standins"]:
-                findings += self._standin(number, module, standin)
+                findings += self._standin(number, module, facts, standin)
         return findings
 
     def _finding(
@@ -291,7 +294,7 @@ class StubJudge:
             )
         return findings
 
-    def _standin(self, number: int, module: str, shape: dict) -> list[Finding]:
+    def _standin(self, number: int, module: str, facts: dict, shape: dict) -> list[Finding]:
         if shape["init"] or shape["var"] is None or shape.get("dynamic"):
             return []  # initialised, unused, or given attributes under computed names
         target = self.index.resolve_scoped(module, shape["q"], shape["cls"])
@@ -302,6 +305,8 @@ class StubJudge:
             return []
         full, _ = self.index.attributes(target, instance=True)
         settable = full - class_level
+        keys = {a.key for a in ancestors(self.index, target)}
+        patched = {m for k, m in self._patched(module, facts, shape["q"]) if k in keys}
         used = set(shape["reads"])
         pending, seen, provided = list(shape["calls"]), set(), set()
         while pending and len(seen) < 50:
@@ -309,8 +314,11 @@ class StubJudge:
             if name in seen:
                 continue
             seen.add(name)
-            if name in shape["attrs"]:
-                continue  # replaced on the instance (a mock): its body never runs
+            if name in shape["attrs"]:  # replaced on the instance: its body never runs
+                provided |= set(shape.get("replaced", {}).get(name, ()))  # its replacement's
+                continue
+            if name in patched or "*" in patched:
+                continue  # replaced on the class (``patch.object(Cls, "m")``)
             method, _ = self.index.method_self(target, name)
             if method is not None:
                 used |= set(method["reads"])
