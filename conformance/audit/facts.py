@@ -14,12 +14,12 @@ import ast
 import re
 from typing import Any
 
-from conformance.audit import flow, handoffs, reach_facts, runner_shapes, usage
+from conformance.audit import flow, handoffs, reach_facts, runner_reads, runner_shapes, usage
 from conformance.audit.astutil import constant_str, dotted, iter_scopes, terminal
 from conformance.audit.definition import definition_facts
 from conformance.audit.sites import VLLM, EngineSites
 
-FACTS_VERSION = 20
+FACTS_VERSION = 21
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
@@ -70,6 +70,7 @@ def extract(module: ast.Module, text: str, sites: EngineSites = VLLM) -> dict[st
         "transforms": [],
         "passes": [],
         "runner_stubs": [],
+        "registered": {},
     }
     record = sites.record
     cam_names = {record} | {local for local, (_, _, name) in imports.items() if name == record}
@@ -141,6 +142,9 @@ def extract(module: ast.Module, text: str, sites: EngineSites = VLLM) -> dict[st
                 facts["patched"][scope.qualname] = patched
     if wants_cam:
         facts["called"] = reach_facts.called_methods(every)
+    if sites.registries:
+        names = {r.rsplit(".", 1)[-1] for r in sites.registries}
+        facts["registered"] = runner_reads.registered_builders(module, names)
     return facts
 
 
@@ -246,7 +250,16 @@ def _class_facts(
         "attr_types": flow.attribute_types(node) if wants_cam else {},
         "layer_named": any(terminal(b) == sites.layer for b in node.bases),
         "init_params": runner_shapes.init_params(node) if sites.runner else {},
+        "runner": _init_runner_reads(node) if sites.runner else None,
     }
+
+
+def _init_runner_reads(node: ast.ClassDef) -> dict[str, Any] | None:
+    """What the class's own ``__init__`` reads from its runner (`runner_reads`)."""
+    for stmt in node.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "__init__":
+            return runner_reads.init_runner_reads(stmt)
+    return None
 
 
 def _target_names(target: ast.AST) -> set[str]:

@@ -57,7 +57,7 @@ BACKEND = """\
 
     class {name}(AttentionBackend):
         def __init__(self, model_runner):
-            self.device = model_runner.device
+{init}
 
         def init_forward_metadata(self, forward_batch: ForwardBatch):
             self.total = forward_batch.seq_lens.sum()
@@ -95,6 +95,20 @@ REGISTRY = """\
         from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
 
         return AiterAttnBackend(runner)
+
+
+    @register_attention_backend("triton")
+    def create_triton_backend(runner):
+        from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+        return TritonAttnBackend(runner)
+
+
+    @register_attention_backend("torch_native")
+    def create_torch_native_backend(runner):
+        from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+        return TorchNativeAttnBackend(runner)
     """
 
 RUNNER = """\
@@ -154,9 +168,9 @@ _PACKAGES = (
     "sglang/test/kits",
 )
 _BACKENDS = {
-    "aiter_backend": "AiterAttnBackend",
-    "triton_backend": "TritonAttnBackend",
-    "torch_native_backend": "TorchNativeAttnBackend",
+    "aiter": ("aiter_backend", "AiterAttnBackend"),
+    "triton": ("triton_backend", "TritonAttnBackend"),
+    "torch_native": ("torch_native_backend", "TorchNativeAttnBackend"),
 }
 
 
@@ -172,6 +186,11 @@ def required_of_runner(facts: EngineFacts) -> tuple[list[str], list[str]]:
     return runner, config
 
 
+def facts_of(facts: EngineFacts, builder: str) -> list[str]:
+    """The runner paths `builder` was measured to require."""
+    return sorted(facts.builders[builder].required)
+
+
 def needed_fields(facts: EngineFacts) -> list[str]:
     """The optional record fields a measured builder needed on some batch kind."""
     return sorted(name for name, field in facts.fields.items() if field.needed_by)
@@ -183,11 +202,14 @@ def sglang_files(
     config_lacks: Iterable[str] = (),
     later_lacks: Iterable[str] = (),
     plain_read: str = "",
+    aiter_init: str = "",
 ) -> dict[str, str]:
-    """The tree's files. The kit's model config and runner carry every attribute `facts` say a
-    builder required, but `config_lacks`; its batch maker fills every needed field after
-    building the batch, but `later_lacks`. With `plain_read`, a ``PlainAttnBackend`` whose
-    ``init_forward_metadata`` body is those lines, and a test that names it."""
+    """The tree's files. Each backend's constructor reads from its runner what `facts` say it
+    required (``AiterAttnBackend``'s: `aiter_init`, when given, as its ``__init__`` body). The
+    kit's model config and runner carry every attribute `facts` say a builder required, but
+    `config_lacks`; its batch maker fills every needed field after building the batch, but
+    `later_lacks`. With `plain_read`, a ``PlainAttnBackend`` whose ``init_forward_metadata``
+    body is those lines, and a test that names it."""
     runner_attrs, config_attrs = required_of_runner(facts)
     skip = set(config_lacks)
     config = [f"self.{a} = None" for a in config_attrs if a not in skip]
@@ -202,8 +224,12 @@ def sglang_files(
     files["sglang/srt/model_executor/model_runner.py"] = RUNNER
     files["sglang/srt/layers/attention/base_attn_backend.py"] = BASE
     files["sglang/srt/layers/attention/attention_registry.py"] = REGISTRY
-    for module, name in _BACKENDS.items():
-        files[f"sglang/srt/layers/attention/{module}.py"] = BACKEND.replace("{name}", name)
+    for builder, (module, name) in _BACKENDS.items():
+        reads = [f"self.r{n} = model_runner.{p}" for n, p in enumerate(facts_of(facts, builder))]
+        init = aiter_init.splitlines() if aiter_init and builder == "aiter" else reads
+        files[f"sglang/srt/layers/attention/{module}.py"] = BACKEND.replace("{name}", name).replace(
+            "{init}", _lines(12, init)
+        )
     files["sglang/test/kits/mla_kit.py"] = (
         KIT.replace("{config}", _lines(12, config))
         .replace("{runner}", _lines(12, runner))
