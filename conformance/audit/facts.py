@@ -19,7 +19,7 @@ from conformance.audit.astutil import constant_str, dotted, iter_scopes, termina
 from conformance.audit.definition import definition_facts
 from conformance.audit.sites import VLLM, EngineSites
 
-FACTS_VERSION = 21
+FACTS_VERSION = 22
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
@@ -77,7 +77,8 @@ def extract(module: ast.Module, text: str, sites: EngineSites = VLLM) -> dict[st
     cam_names |= {a for a, ref in facts["aliases"].items() if ref.endswith(record)}
     ns_names = {local for local, (_, mod, name) in imports.items() if name == "SimpleNamespace"}
     wants_cam = any(word in text for word in sites.record_mentions)
-    wants_layers = any(w and w in text for w in (sites.layer_context, sites.typed_lookup))
+    layer_words = (sites.layer_context, sites.typed_lookup, *sites.layer_calls)
+    wants_layers = any(w and w in text for w in layer_words)
     wants_standins = "__new__" in text
     runner_words = [r.rsplit(".", 1)[-1] for r in sites.registries]
     runner_words += [f"{sites.builder_suffix}("] if sites.builder_suffix else []

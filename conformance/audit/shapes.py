@@ -7,7 +7,10 @@ A stored value is read when it is ``SimpleNamespace(...)`` (keywords), a dict li
 local name bound to one of those; attributes set on that name later in the scope count.
 Stores: ``ctx[k] = X``, ``ctx = {k: X}``, ``ctx.update(...)``, ``ctx.setdefault(k, X)``, a
 ``static_forward_context={k: X}`` keyword, and the same through a local alias of ``ctx``.
-`read_shape` reads one value the same way (SGLang's model-runner stubs).
+An engine whose layers are handed to the builder at forward time (SGLang:
+``backend.forward_decode(q, k, v, layer, forward_batch)``, `EngineSites.layer_calls`) has a
+stub in each such call's layer argument, with the method it is handed to (``method``).
+`ScopeValues.read` reads one value the same way (SGLang's model-runner stubs).
 """
 
 from __future__ import annotations
@@ -252,6 +255,13 @@ def stubs_in_scope(
             shape.update(q=scope.qualname, store=node.lineno, store_end=node.end_lineno)  # type: ignore[attr-defined]
             shape["first"] = first
             stores.append(shape)
+    for node in scope.nodes:
+        handed = _handed(node, sites) if sites.layer_calls else None
+        shape = facts.read(handed[0], node.lineno) if handed else None  # type: ignore[attr-defined]
+        if handed and shape is not None:
+            shape.update(q=scope.qualname, store=node.lineno, store_end=node.end_lineno)  # type: ignore[attr-defined]
+            shape["method"] = handed[1]
+            stores.append(shape)
     standins: list[dict] = []
     if scope.qualname.rsplit(".", 1)[-1] == "__new__":
         return stores, standins
@@ -264,6 +274,24 @@ def stubs_in_scope(
         var = next((n for n, bs in facts.bindings.items() for _, v in bs if v is node), None)
         standins.append(_standin(node, cls, var, scope, facts))
     return stores, standins
+
+
+def _handed(node: ast.AST, sites: EngineSites) -> tuple[ast.expr, str] | None:
+    """(the layer, the method) a call ``x.forward_decode(q, k, v, layer, batch)`` of one of
+    the engine's `layer_calls` hands over, as ``layer=`` or at `layer_position`."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in sites.layer_calls
+    ):
+        return None
+    for keyword in node.keywords:
+        if keyword.arg == sites.layer_param:
+            return keyword.value, node.func.attr
+    before = node.args[: sites.layer_position + 1]
+    if len(before) <= sites.layer_position or any(isinstance(a, ast.Starred) for a in before):
+        return None
+    return node.args[sites.layer_position], node.func.attr
 
 
 def _raising_blocks(nodes: list[ast.AST]) -> set[int]:

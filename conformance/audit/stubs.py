@@ -2,7 +2,8 @@
 stand-ins judged against the methods used on them.
 
 *Layer stubs* are values stored into the engine's layer context (`shapes`; vLLM's
-``static_forward_context``; an engine without one, SGLang, has none):
+``static_forward_context``), or handed to a builder's forward method (SGLang's
+``backend.forward_decode(q, k, v, layer, forward_batch)``: judged by that method only):
 ``SimpleNamespace``/dict stubs, instances of ad-hoc classes (defined in test or benchmark
 code, or in the storing file) and ``object.__new__`` stand-ins of tree classes. An instance
 of a core class of the tree (the real layer) or of a class outside it is the real thing;
@@ -169,9 +170,10 @@ class StubJudge:
 
     def _examples(self, module: str, facts: dict, shape: dict, missing: list[str]) -> list[str]:
         """One measured error for the missing attributes, when the facts hold one."""
+        method = shape.get("method")
         for one in reached_from(self.index, module, facts, shape["q"], "layer"):
             for target in (one.target, *ancestors(self.index, one.target)):
-                text = self.measured.example(target, missing) if self.measured else ""
+                text = self.measured.example(target, missing, method) if self.measured else ""
                 if text:
                     return [f"measured: {text}"]
         return []
@@ -190,6 +192,9 @@ class StubJudge:
             source = self.protocol.source
             return {p: {source} for p in self.protocol.attributes}, {source: f"protocol {source}"}
         reached = reached_from(self.index, module, facts, shape["q"], "layer")
+        handed = shape.get("method")  # the builder method the layer is handed to
+        if handed is not None:
+            reached = [r for r in reached if handed in self.index.by_method(r.target, "layer")]
         if not reached:
             return None
         patched = self._patched(module, facts, shape["q"])
@@ -201,7 +206,10 @@ class StubJudge:
         def judge(
             builder: Target, methods: list[str | None], reason: Any, into: dict[str, set[str]]
         ) -> None:
-            if not (self.measured and self.measured.stub_needs(builder, first, into)):
+            if handed is not None:
+                methods = [handed]
+            measured = self.measured and self.measured.stub_needs(builder, first, into, handed)
+            if not measured:
                 for method in methods:
                     self._reads(builder, method, shape, target, patched, into)
             for readers in into.values():
@@ -240,6 +248,8 @@ class StubJudge:
         needs, why = needed
         sites = self.index.sites
         stored = f"stored in {sites.layer_context}"
+        if shape.get("method"):
+            stored = f"handed to {shape['method']}"
         if shape["store"] != shape["line"]:
             stored += f" at line {shape['store']}"
         where = f"layer stub {shape['label']} {stored} in {shape['q']}"
@@ -281,6 +291,8 @@ class StubJudge:
                     )
                 )
         layer = sites.layer
+        if not sites.typed_lookup:
+            return findings  # no type-filtered lookup skips a stub of another type
         if unknown is None and (target is None or not self.index.is_subclass(target, layer)):
             findings.append(
                 self._finding(
