@@ -204,6 +204,16 @@ def test_protocol_file_errors_name_file_and_line():
     assert parse_protocol_text("[a]\nx\n[b]\ny.z\n", "p").attributes == {"x", "y.z"}
 
 
+def _standin_names(tmp_path, write_tree, module: str, source: str, test: str) -> list[tuple]:
+    """The names of each STUB004 finding of `test` (written as is, not dedented) over the
+    class module ``pkg/<module>.py``."""
+    root = write_tree(tmp_path, {f"pkg/{module}.py": source})
+    (root / "tests").mkdir()
+    (root / "tests" / f"test_{module}.py").write_text(test)
+    report = run_audit([root], options=Options(jobs=1))
+    return [f.names for f in report.findings if f.code == "STUB004"]
+
+
 STANDIN_IMPL = """\
     class Impl:
         def __init__(self):
@@ -256,11 +266,7 @@ STANDIN_IMPL = """\
 def test_standin_reads_on_every_path_only(tmp_path, write_tree, body, expected):
     head = "import pytest\nfrom pkg.impl import Impl\n\n\n"
     test = f"{head}def test_it():\n    impl = object.__new__(Impl)\n    {body}\n"
-    root = write_tree(tmp_path, {"pkg/impl.py": STANDIN_IMPL})
-    (root / "tests").mkdir()
-    (root / "tests" / "test_impl.py").write_text(test)
-    report = run_audit([root], options=Options(jobs=1))
-    assert [f.names for f in report.findings if f.code == "STUB004"] == expected, report.to_text()
+    assert _standin_names(tmp_path, write_tree, "impl", STANDIN_IMPL, test) == expected
 
 
 REPLACED_IMPL = """\
@@ -316,11 +322,7 @@ def test_standin_methods_replaced_by_patches(tmp_path, write_tree, head, body, e
         "from unittest.mock import patch\n\nfrom pkg.stage import Stage\n\n\n"
     )
     test = f"{imports}{head}def test_it(*mocks):\n    stage = object.__new__(Stage)\n    {body}\n"
-    root = write_tree(tmp_path, {"pkg/stage.py": REPLACED_IMPL})
-    (root / "tests").mkdir()
-    (root / "tests" / "test_stage.py").write_text(test)
-    report = run_audit([root], options=Options(jobs=1))
-    assert [f.names for f in report.findings if f.code == "STUB004"] == expected, report.to_text()
+    assert _standin_names(tmp_path, write_tree, "stage", REPLACED_IMPL, test) == expected
 
 
 def test_standin_class_patches_in_a_test_class_and_its_decorators(tmp_path, write_tree):
