@@ -251,15 +251,16 @@ def _class_facts(
         "attr_types": flow.attribute_types(node) if wants_cam else {},
         "layer_named": any(terminal(b) == sites.layer for b in node.bases),
         "init_params": runner_shapes.init_params(node) if sites.runner else {},
-        "runner": _init_runner_reads(node) if sites.runner else None,
+        "runner": _init_runner_reads(node, qualname, scopes) if sites.runner else None,
     }
 
 
-def _init_runner_reads(node: ast.ClassDef) -> dict[str, Any] | None:
+def _init_runner_reads(node: ast.ClassDef, qualname: str, scopes: dict) -> dict[str, Any] | None:
     """What the class's own ``__init__`` reads from its runner (`runner_reads`)."""
     for stmt in node.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "__init__":
-            return runner_reads.init_runner_reads(stmt)
+            scope = scopes.get(f"{qualname}.__init__")
+            return runner_reads.init_runner_reads(stmt, scope.nodes if scope else None)
     return None
 
 

@@ -58,14 +58,18 @@ def _prefixes(nodes: list[ast.AST], own: str, runner: str) -> dict[str, str]:
     return found
 
 
-def init_runner_reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, Any] | None:
-    """``{"reads": [path, ...], "super": bool}`` of an ``__init__`` (module docstring); None
-    when it takes no runner."""
+def init_runner_reads(
+    func: ast.FunctionDef | ast.AsyncFunctionDef, nodes: list[ast.AST] | None = None
+) -> dict[str, Any] | None:
+    """``{"reads": [path, ...], "super": bool}`` of an ``__init__`` (module docstring), whose
+    own `nodes` (nested scopes left out) may be given; None when it takes no runner."""
     names = _runner_parameter(func)
     if names is None:
         return None
     own, runner = names
-    nodes = own_nodes(func)
+    nodes = own_nodes(func) if nodes is None else nodes
+    if not any(isinstance(n, ast.Name) and n.id == runner for n in nodes):
+        return {"reads": [], "super": False}
     prefixes = _prefixes(nodes, own, runner)
     branches = conditional_ids(nodes) | after_early_exit(func.body)
     inner = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}

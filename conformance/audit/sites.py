@@ -75,7 +75,8 @@ class EngineSites:
     """Where a call of one of `layer_calls` passes the layer, when not as `layer_param`=."""
     layer_calls: frozenset[str] = frozenset()
     """Builder methods a layer is handed to at forward time (``forward_decode``): the layer
-    argument of ``backend.forward_decode(q, k, v, layer, forward_batch)`` is a layer stub."""
+    argument of ``backend.forward_decode(q, k, v, layer, forward_batch)`` is a layer stub.
+    Not anchors: a file that can reach a builder names it (``Backend(``, a registry)."""
     measured_layer_method: str = ""
     """The builder method measured facts ran a layer through (SGLang: ``forward_decode``, one
     decode forward; the layer requirements are the facts' provenance ``layer_required``);
@@ -87,7 +88,6 @@ class EngineSites:
         words = [*self.record_mentions, self.layer_context, self.typed_lookup, "__new__"]
         words += [r.rsplit(".", 1)[-1] for r in sorted(self.registries)]
         words += [f"{self.builder_suffix}("] if self.builder_suffix else []
-        words += [f".{m}(" for m in sorted(self.layer_calls)]
         return tuple(w.encode("ascii") for w in words if w)
 
     def mode_of(self, member: str | None) -> tuple[str, ...] | None:

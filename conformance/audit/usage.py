@@ -71,11 +71,12 @@ def layer_reads(
     modes of the batch only (`modes`), are left out."""
     context, lookup = sites.layer_context, sites.typed_lookup
     params = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
-    nodes = list(ast.walk(func))
     if sites.layer_param and any(a.arg == sites.layer_param for a in params):
-        return _reads_of(func, nodes, {sites.layer_param: None}, set(), {sites.layer_param}, sites)
+        layer = {sites.layer_param: None}
+        return _reads_of(func, list(ast.walk(func)), layer, set(), set(layer), sites)
     if not context:
         return None
+    nodes = list(ast.walk(func))
     ctx_names = {a.arg for a in params if a.arg.endswith(context)}
     typed: dict[str, str | None] = {}  # name of a get_layers_from_vllm_config result → type
     layers: dict[str, str | None] = {}  # layer variable → type filter (None: any object)
