@@ -129,6 +129,8 @@ class StubJudge:
     def _patched(self, module: str, facts: dict, qualname: str) -> set[tuple[str, str]]:
         """(class key, method or ``*``) replaced in the stub's scope, its callers and callees,
         or at module level: their bodies never run there."""
+        if not facts["patched"]:
+            return set()
         graph = ScopeGraph(facts)
         scopes = {"<module>"} | set().union(*list(graph.rings(qualname))[:2])
         found: set[tuple[str, str]] = set()
