@@ -19,7 +19,7 @@ from conformance.audit.astutil import constant_str, dotted, iter_scopes, termina
 from conformance.audit.definition import definition_facts
 from conformance.audit.sites import VLLM, EngineSites
 
-FACTS_VERSION = 22
+FACTS_VERSION = 23
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)

@@ -52,10 +52,13 @@ def _constructing_call(values: ScopeValues, expr: ast.expr, line: int) -> ast.Ca
     return expr if isinstance(expr, ast.Call) else None
 
 
-def read_value(values: ScopeValues, expr: ast.expr, line: int, depth: int = 0) -> dict | None:
-    """The shape of `expr` (`ScopeValues.read`), with ``kwargs``: the shapes of the keywords
-    of the call constructing an instance (two levels deep)."""
-    shape = values.read(expr, line)
+def read_value(
+    values: ScopeValues, expr: ast.expr, line: int, depth: int = 0, call: ast.Call | None = None
+) -> dict | None:
+    """The shape of `expr` (`ScopeValues.read`; as an argument of `call`:
+    `ScopeValues.read_argument`), with ``kwargs``: the shapes of the keywords of the call
+    constructing an instance (two levels deep)."""
+    shape = values.read(expr, line) if call is None else values.read_argument(expr, call)
     if shape is None or shape["kind"] != "instance" or depth > 1:
         return shape
     call = _constructing_call(values, expr, line)
@@ -84,7 +87,9 @@ def runner_stubs_in_scope(
     stubs = []
     for node, (via, ref, key) in calls:
         argument = _argument(node, sites.runner)
-        shape = read_value(values, argument, node.lineno) if argument is not None else None
+        if argument is None:
+            continue
+        shape = read_value(values, argument, node.lineno, call=node)
         if shape is None:
             continue
         stubs.append(

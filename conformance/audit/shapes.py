@@ -100,6 +100,15 @@ class ScopeValues:
     def is_context(self, node: ast.AST) -> bool:
         return (isinstance(node, ast.Name) and node.id in self.ctx) or self.names_context(node)
 
+    def read_argument(self, expr: ast.AST, call: ast.Call) -> dict[str, Any] | None:
+        """The shape of `expr`, an argument of `call`; None for a name the call's own result
+        is bound to (``backend = Backend(backend)``: the name holds what came before)."""
+        if isinstance(expr, ast.Name):
+            bound = self.binding(expr.id, call.lineno)
+            if bound is not None and bound[1] is call:
+                return None
+        return self.read(expr, call.lineno)
+
     def read(self, expr: ast.AST, line: int, depth: int = 0) -> dict[str, Any] | None:
         """The shape `expr` evaluates to, or None when the audit cannot read it."""
         if depth > _DEPTH:
@@ -257,7 +266,7 @@ def stubs_in_scope(
             stores.append(shape)
     for node in scope.nodes:
         handed = _handed(node, sites) if sites.layer_calls else None
-        shape = facts.read(handed[0], node.lineno) if handed else None  # type: ignore[attr-defined]
+        shape = facts.read_argument(handed[0], node) if handed else None  # type: ignore[arg-type]
         if handed and shape is not None:
             shape.update(q=scope.qualname, store=node.lineno, store_end=node.end_lineno)  # type: ignore[attr-defined]
             shape["method"] = handed[1]

@@ -253,3 +253,22 @@ def test_facts_whose_record_is_not_the_engine_s_are_refused():
     wrong = replace(make_facts(), engine="sglang")
     with pytest.raises(FactsError, match="is not sglang's record ForwardBatch"):
         sites_for(wrong)
+
+
+def test_a_name_rebound_to_the_backend_built_from_it_is_no_stub(tmp_path, write_tree):
+    # ``backend = LocalAttnBackend(backend)``: the argument is what the name held before (a
+    # parameter), not the ad-hoc backend the call builds
+    files = sglang_files(FACTS, plain_read="self.p = 1")
+    files["sglang/test/test_plain.py"] += """
+
+    class LocalAttnBackend(PlainAttnBackend):
+        pass
+
+
+    def make(backend):
+        backend = LocalAttnBackend(backend)
+        return backend
+    """
+    report = run_audit([write_tree(tmp_path, files)], options=Options(jobs=1), sites=SGLANG)
+    assert report.problems == []
+    assert report.context["stubs"]["runner_stubs_judged"] == 1  # the kit's runner only
