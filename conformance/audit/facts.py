@@ -19,7 +19,7 @@ from conformance.audit.astutil import constant_str, dotted, iter_scopes, termina
 from conformance.audit.definition import definition_facts
 from conformance.audit.sites import VLLM, EngineSites
 
-FACTS_VERSION = 23
+FACTS_VERSION = 24
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
@@ -251,12 +251,17 @@ def _class_facts(
         "attr_types": flow.attribute_types(node) if wants_cam else {},
         "layer_named": any(terminal(b) == sites.layer for b in node.bases),
         "init_params": runner_shapes.init_params(node) if sites.runner else {},
-        "runner": _init_runner_reads(node, qualname, scopes) if sites.runner else None,
+        "runner": _init_runner_reads(node, qualname, scopes, sites) if sites.runner else None,
     }
 
 
-def _init_runner_reads(node: ast.ClassDef, qualname: str, scopes: dict) -> dict[str, Any] | None:
-    """What the class's own ``__init__`` reads from its runner (`runner_reads`)."""
+def _init_runner_reads(
+    node: ast.ClassDef, qualname: str, scopes: dict, sites: EngineSites
+) -> dict[str, Any] | None:
+    """What the class's own ``__init__`` reads from its runner (`runner_reads`), for a class
+    named as the engine names its builders (``...Backend``)."""
+    if not node.name.endswith(sites.builder_suffix):
+        return None
     for stmt in node.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "__init__":
             scope = scopes.get(f"{qualname}.__init__")

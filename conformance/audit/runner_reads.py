@@ -3,8 +3,9 @@ builders a registry's registering functions construct: STUB005's static side, fo
 whose builders take a runner (SGLang: ``AiterAttnBackend(model_runner)``, registered by
 ``@register_attention_backend("aiter")`` in ``ATTENTION_BACKENDS``'s module).
 
-* `init_runner_reads`: the dotted paths an ``__init__`` reads from its runner parameter (the
-  first after ``self``) on every path, as the stand-in audit counts a read (`selfuse`: not
+* `init_runner_reads`: the dotted paths an ``__init__`` (of a class named as the engine
+  names its builders, ``...Backend``) reads from its runner parameter (the first after
+  ``self``) on every path, as the stand-in audit counts a read (`selfuse`: not
   under a branch, loop, ``except``, conditional expression or later ``and``/``or`` operand,
   not after an ``if`` that may return or raise, not in a nested function or lambda): through
   the parameter, a local bound to it (``runner = model_runner``), ``self.attr`` stored from it

@@ -69,8 +69,8 @@ class EngineSites:
     """How the engine's builder class names end (``Backend``): a call ``...Backend(x)`` may
     hand a runner stub to a builder (the audit resolves the name before judging)."""
     layer_param: str = ""
-    """A builder method's parameter that holds the layer (SGLang's backends: ``layer``): what
-    the method reads from it are layer reads. "": layers come out of `layer_context` only."""
+    """The parameter of a builder method of `layer_calls` that holds the layer (SGLang's
+    backends: ``layer``): what the method reads from it are layer reads."""
     layer_position: int = 0
     """Where a call of one of `layer_calls` passes the layer, when not as `layer_param`=."""
     layer_calls: frozenset[str] = frozenset()

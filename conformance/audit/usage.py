@@ -66,12 +66,13 @@ def layer_reads(
 ) -> list[list[Any]] | None:
     """``[[attr_path, type_filter_or_None, "first"|"every"], ...]`` read from layers in
     `func` (``first``: read from ``ctx[layer_names[0]]`` only); None when `func` takes no
-    layer out of a context at all, nor as the engine's `layer_param` (SGLang's ``layer``).
+    layer out of a context at all, nor is a method layers are handed to that takes the
+    engine's `layer_param` (SGLang's ``forward_decode(self, q, k, v, layer, ...)``).
     Reads behind a condition not about the layers, or deferred (`conditions`), or on some
     modes of the batch only (`modes`), are left out."""
     context, lookup = sites.layer_context, sites.typed_lookup
     params = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
-    if sites.layer_param and any(a.arg == sites.layer_param for a in params):
+    if func.name in sites.layer_calls and any(a.arg == sites.layer_param for a in params):
         layer = {sites.layer_param: None}
         return _reads_of(func, list(ast.walk(func)), layer, set(), set(layer), sites)
     if not context:
