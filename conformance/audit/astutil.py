@@ -32,6 +32,17 @@ def terminal(node: ast.AST | None) -> str | None:
     return text.rsplit(".", 1)[-1] if text else None
 
 
+def sets_attribute(call: ast.Call) -> bool:
+    """Whether `call` sets the attribute its second argument names on its first:
+    ``setattr``, ``object.__setattr__``, ``monkeypatch.setattr``, or ``patch.object`` (the
+    attribute is replaced while the patch is active: a context manager, a decorator,
+    ``start()``)."""
+    name = terminal(call.func)
+    if name == "object":
+        return (dotted(call.func) or "").endswith("patch.object")
+    return name in ("setattr", "__setattr__")
+
+
 def constant_str(node: ast.AST | None) -> str | None:
     """The value of a string literal, else None."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -70,6 +81,11 @@ def iter_scopes(module: ast.Module) -> Iterator[Scope]:
             pending.append((child, child_kind, child_q))
 
 
+def own_nodes(node: ast.AST) -> list[ast.AST]:
+    """The nodes of the scope `node` opens (a function's body), nested scopes left out."""
+    return _members(node)[0]
+
+
 def _members(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
     stack: list[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)  # type: ignore[attr-defined]
     own: list[ast.AST] = []
@@ -92,6 +108,27 @@ def _members(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
     own.sort(key=position)
     nested.sort(key=position)
     return own, nested
+
+
+def self_assignments(
+    func: ast.FunctionDef | ast.AsyncFunctionDef,
+) -> Iterator[tuple[str, ast.expr]]:
+    """(``attr``, value) for each ``self.attr = value`` in method `func` (its first
+    parameter is ``self``, whatever its name; nested scopes included)."""
+    params = [*func.args.posonlyargs, *func.args.args]
+    if not params:
+        return
+    own = params[0].arg
+    for node in ast.walk(func):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == own
+            ):
+                yield target.attr, node.value
 
 
 def position(node: ast.AST) -> tuple[int, int]:

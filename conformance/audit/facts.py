@@ -14,12 +14,12 @@ import ast
 import re
 from typing import Any
 
-from conformance.audit import flow, handoffs, reach_facts, runner_shapes, usage
+from conformance.audit import flow, handoffs, reach_facts, runner_reads, runner_shapes, usage
 from conformance.audit.astutil import constant_str, dotted, iter_scopes, terminal
 from conformance.audit.definition import definition_facts
 from conformance.audit.sites import VLLM, EngineSites
 
-FACTS_VERSION = 19
+FACTS_VERSION = 24
 """Bumped whenever the facts' shape or meaning changes (invalidates the cache)."""
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
@@ -70,13 +70,15 @@ def extract(module: ast.Module, text: str, sites: EngineSites = VLLM) -> dict[st
         "transforms": [],
         "passes": [],
         "runner_stubs": [],
+        "registered": {},
     }
     record = sites.record
     cam_names = {record} | {local for local, (_, _, name) in imports.items() if name == record}
     cam_names |= {a for a, ref in facts["aliases"].items() if ref.endswith(record)}
     ns_names = {local for local, (_, mod, name) in imports.items() if name == "SimpleNamespace"}
     wants_cam = any(word in text for word in sites.record_mentions)
-    wants_layers = any(w and w in text for w in (sites.layer_context, sites.typed_lookup))
+    layer_words = (sites.layer_context, sites.typed_lookup, *sites.layer_calls)
+    wants_layers = any(w and w in text for w in layer_words)
     wants_standins = "__new__" in text
     runner_words = [r.rsplit(".", 1)[-1] for r in sites.registries]
     runner_words += [f"{sites.builder_suffix}("] if sites.builder_suffix else []
@@ -133,12 +135,17 @@ def extract(module: ast.Module, text: str, sites: EngineSites = VLLM) -> dict[st
                     facts["params"][scope.qualname] = params
                 if facts["sites"] and reach_facts.configures_speculation(scope.nodes, sites):
                     facts["speculative"].append(scope.qualname)
-                patched = reach_facts.patched_methods(scope.nodes)
-                if patched:
-                    facts["patched"][scope.qualname] = patched
         facts["globals"] = reach_facts.module_globals(module)
+    if facts["sites"] or facts["stores"] or facts["standins"]:
+        for scope in scopes:
+            patched = reach_facts.patched_methods(scope) if scope.kind != "class" else []
+            if patched:
+                facts["patched"][scope.qualname] = patched
     if wants_cam:
         facts["called"] = reach_facts.called_methods(every)
+    if sites.registries:
+        names = {r.rsplit(".", 1)[-1] for r in sites.registries}
+        facts["registered"] = runner_reads.registered_builders(module, names)
     return facts
 
 
@@ -244,7 +251,22 @@ def _class_facts(
         "attr_types": flow.attribute_types(node) if wants_cam else {},
         "layer_named": any(terminal(b) == sites.layer for b in node.bases),
         "init_params": runner_shapes.init_params(node) if sites.runner else {},
+        "runner": _init_runner_reads(node, qualname, scopes, sites) if sites.runner else None,
     }
+
+
+def _init_runner_reads(
+    node: ast.ClassDef, qualname: str, scopes: dict, sites: EngineSites
+) -> dict[str, Any] | None:
+    """What the class's own ``__init__`` reads from its runner (`runner_reads`), for a class
+    named as the engine names its builders (``...Backend``)."""
+    if not node.name.endswith(sites.builder_suffix):
+        return None
+    for stmt in node.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "__init__":
+            scope = scopes.get(f"{qualname}.__init__")
+            return runner_reads.init_runner_reads(stmt, scope.nodes if scope else None)
+    return None
 
 
 def _target_names(target: ast.AST) -> set[str]:

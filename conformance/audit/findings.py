@@ -42,7 +42,7 @@ _RULE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("STUB002", WARNING, "layer stub built with **mapping may lack builder attributes"),
     ("STUB003", INFO, "layer stub is not an {layer} subclass"),
     ("STUB004", ERROR, "object.__new__ stand-in lacks attributes its used methods read"),
-    ("STUB005", ERROR, "model-runner stub lacks attributes a measured builder requires"),
+    ("STUB005", ERROR, "model-runner stub lacks attributes a builder's constructor needs"),
 )
 RULES: Mapping[str, AuditRule] = {
     code: AuditRule(code, level, text) for code, level, text in _RULE_ROWS

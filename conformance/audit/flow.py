@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from conformance.audit.astutil import dotted
+from conformance.audit.astutil import dotted, self_assignments
 
 _RECORD_NAMES = frozenset({"cam", "cm", "common_metadata"})
 
@@ -78,21 +78,8 @@ def attribute_types(node: ast.ClassDef) -> dict[str, list[str]]:
     for stmt in node.body:
         if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        params = [*stmt.args.posonlyargs, *stmt.args.args]
-        if not params:
-            continue
-        self_name = params[0].arg
-        for sub in ast.walk(stmt):
-            if not (isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call)):
-                continue
-            callee = dotted(sub.value.func)
-            if callee is None or not callee.rsplit(".", 1)[-1][:1].isupper():
-                continue
-            for target in sub.targets:
-                if (
-                    isinstance(target, ast.Attribute)
-                    and isinstance(target.value, ast.Name)
-                    and target.value.id == self_name
-                ):
-                    found.setdefault(target.attr, set()).add(callee)
+        for attr, value in self_assignments(stmt):
+            callee = dotted(value.func) if isinstance(value, ast.Call) else None
+            if callee is not None and callee.rsplit(".", 1)[-1][:1].isupper():
+                found.setdefault(attr, set()).add(callee)
     return {attr: sorted(refs) for attr, refs in sorted(found.items())}

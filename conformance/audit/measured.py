@@ -8,7 +8,8 @@ measured builder maps to (or only builders that did not run) is judged staticall
 
 * A layer stub lacks only what a measured builder it reaches *required* (its absence made
   the builder fail): `BuilderFacts.required` for the group's first layer,
-  `required_on_every_layer` for every layer.
+  `required_on_every_layer` for every layer; on SGLang, a layer handed to
+  ``forward_decode``, the provenance's ``layer_required`` (one decode forward measured).
 * A construction leaves out an optional field only when a measured builder it reaches
   needed that field on a batch kind the site can build (`FieldFacts.needed_by`; a
   decode-only site builds decodes only).
@@ -18,10 +19,14 @@ measured builder maps to (or only builders that did not run) is judged staticall
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from conformance.audit.index import Index, Target
 from conformance.engines.facts import BATCH_KINDS, BuilderFacts, EngineFacts
+
+LAYER_REQUIRED = "layer_required"
+"""The provenance key of an engine whose facts measure layers through one builder method:
+builder → layer attribute → the error its absence raised (`conformance.engines.sglang.layer`)."""
 
 
 def short(error: str, limit: int = 90) -> str:
@@ -47,23 +52,40 @@ class Measured:
             if (b.cls == dotted or (not exact and dotted in b.bases)) and b.status != "not-run"
         ]
 
-    def stub_needs(self, target: Target, first: bool, needs: dict[str, set[str]]) -> bool:
-        """Add what the measured builders of `target` required of a layer; False when none
-        maps to it (judge it statically)."""
-        found = self.builders(target)
-        for name, builder in found:
-            for path in builder.required if first else ():
+    def layer_builders(
+        self, target: Target, method: str | None = None
+    ) -> list[tuple[str, BuilderFacts, Mapping[str, str]]]:
+        """(name, facts, what a layer must carry) of the measured builders of `target` whose
+        layers the facts measured: for an engine that measures them through one builder
+        method (SGLang's ``forward_decode``: the provenance's ``layer_required``), only for a
+        layer handed to that `method`; else (vLLM) the builders' own `required`."""
+        through = self.index.sites.measured_layer_method
+        if not through:
+            return [(n, b, b.required) for n, b in self.builders(target)]
+        if method != through:
+            return []
+        table = self.facts.provenance.get(LAYER_REQUIRED) or {}
+        return [(n, b, table[n]) for n, b in self.builders(target) if n in table]
+
+    def stub_needs(
+        self, target: Target, first: bool, needs: dict[str, set[str]], method: str | None = None
+    ) -> bool:
+        """Add what the measured builders of `target` required of a layer (handed to
+        `method`); False when none maps to it (judge it statically)."""
+        found = self.layer_builders(target, method)
+        for name, builder, required in found:
+            for path in required if first else ():
                 needs.setdefault(path, set()).add(f"{name} (measured)")
             for path in builder.required_on_every_layer:
                 needs.setdefault(path, set()).add(f"{name} (measured, on every layer)")
         return bool(found)
 
-    def example(self, target: Target, paths: Sequence[str]) -> str:
+    def example(self, target: Target, paths: Sequence[str], method: str | None = None) -> str:
         """One measured error for one of `paths`, for the message."""
-        for name, builder in self.builders(target):
+        for name, _, required in self.layer_builders(target, method):
             for path in paths:
-                if path in builder.required:
-                    return f"{name} without {path}: {short(builder.required[path])}"
+                if path in required:
+                    return f"{name} without {path}: {short(required[path])}"
         return ""
 
     def field_needs(

@@ -3,9 +3,9 @@
 * `module_globals`: what each module-level name is bound to (its dotted names), so a
   function using ``BUILDER = Enum.MEMBER.get_class().get_builder_cls()`` reaches it.
 * `patched_methods`: methods a scope replaces on a class (``monkeypatch.setattr(Cls, "m",
-  ...)``, ``setattr(Cls, name, ...)``, ``patch.object(Cls, "m", ...)``, ``Cls.m = ...``):
-  their bodies never run there, so their reads are no requirement. A computed name is
-  ``"*"`` (any method).
+  ...)``, ``setattr(Cls, name, ...)``, ``patch.object(Cls, "m", ...)``, ``Cls.m = ...``,
+  also by a function's decorators): their bodies never run there, so their reads are no
+  requirement. A computed name is ``"*"`` (any method).
 * `configures_speculation`: a scope that sets up speculative decoding (its batches are
   decode-only verification batches).
 * `parameters`: a function's parameters (a pytest test reaches the fixtures it names).
@@ -18,11 +18,9 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from conformance.audit.astutil import constant_str, dotted, terminal
+from conformance.audit.astutil import Scope, constant_str, dotted, sets_attribute
 from conformance.audit.sites import EngineSites
 from conformance.audit.usage import maximal_refs
-
-_PATCHERS = frozenset({"setattr", "object"})
 
 
 def module_globals(module: ast.Module) -> dict[str, list[str]]:
@@ -38,11 +36,13 @@ def module_globals(module: ast.Module) -> dict[str, list[str]]:
     return found
 
 
-def patched_methods(nodes: list[ast.AST]) -> list[list[Any]]:
-    """``[[class ref, method or "*", absolute?], ...]`` replaced in a scope's `nodes`."""
+def patched_methods(scope: Scope) -> list[list[Any]]:
+    """``[[class ref, method or "*", absolute?], ...]`` replaced in `scope`, or by the
+    decorators of the function it is (``@patch.object(Cls, "m")``)."""
     found: set[tuple[str, str, bool]] = set()
-    for node in nodes:
-        if isinstance(node, ast.Call) and terminal(node.func) in _PATCHERS and node.args:
+    decorators = getattr(scope.node, "decorator_list", [])
+    for node in [*scope.nodes, *(n for d in decorators for n in ast.walk(d))]:
+        if isinstance(node, ast.Call) and sets_attribute(node) and node.args:
             owner = node.args[0]
             text = constant_str(owner)
             if text is not None and text.count(".") >= 2 and len(node.args) >= 2:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from conformance.audit.astutil import Scope, constant_str, dotted
+from conformance.audit.astutil import Scope, constant_str, dotted, self_assignments
 from conformance.audit.shapes import ScopeValues
 from conformance.audit.sites import EngineSites
 
@@ -52,10 +52,13 @@ def _constructing_call(values: ScopeValues, expr: ast.expr, line: int) -> ast.Ca
     return expr if isinstance(expr, ast.Call) else None
 
 
-def read_value(values: ScopeValues, expr: ast.expr, line: int, depth: int = 0) -> dict | None:
-    """The shape of `expr` (`ScopeValues.read`), with ``kwargs``: the shapes of the keywords
-    of the call constructing an instance (two levels deep)."""
-    shape = values.read(expr, line)
+def read_value(
+    values: ScopeValues, expr: ast.expr, line: int, depth: int = 0, call: ast.Call | None = None
+) -> dict | None:
+    """The shape of `expr` (`ScopeValues.read`; as an argument of `call`:
+    `ScopeValues.read_argument`), with ``kwargs``: the shapes of the keywords of the call
+    constructing an instance (two levels deep)."""
+    shape = values.read(expr, line) if call is None else values.read_argument(expr, call)
     if shape is None or shape["kind"] != "instance" or depth > 1:
         return shape
     call = _constructing_call(values, expr, line)
@@ -84,7 +87,9 @@ def runner_stubs_in_scope(
     stubs = []
     for node, (via, ref, key) in calls:
         argument = _argument(node, sites.runner)
-        shape = read_value(values, argument, node.lineno) if argument is not None else None
+        if argument is None:
+            continue
+        shape = read_value(values, argument, node.lineno, call=node)
         if shape is None:
             continue
         stubs.append(
@@ -107,20 +112,10 @@ def init_params(node: ast.ClassDef) -> dict[str, str]:
     for stmt in node.body:
         if isinstance(stmt, ast.FunctionDef) and stmt.name == "__init__":
             args = [*stmt.args.posonlyargs, *stmt.args.args, *stmt.args.kwonlyargs]
-            if not args:
-                return {}
-            own, params = args[0].arg, {a.arg for a in args[1:]}
-            found: dict[str, str] = {}
-            for sub in ast.walk(stmt):
-                if not (isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name)):
-                    continue
-                for target in sub.targets:
-                    if (
-                        isinstance(target, ast.Attribute)
-                        and isinstance(target.value, ast.Name)
-                        and target.value.id == own
-                        and sub.value.id in params
-                    ):
-                        found[target.attr] = sub.value.id
-            return found
+            params = {a.arg for a in args[1:]}
+            return {
+                attr: value.id
+                for attr, value in self_assignments(stmt)
+                if isinstance(value, ast.Name) and value.id in params
+            }
     return {}

@@ -1,23 +1,30 @@
-"""Model-runner stubs judged by measured facts (STUB005): an engine whose builders are
-constructed over a model runner (SGLang) fails on a test double of the runner, or of its
-model config, that lacks what a builder's constructor reads (#52139's shape one level up:
-SGLang's MLA test kit's model config without the ``dtype`` ``AiterAttnBackend`` reads).
+"""Model-runner stubs (STUB005): an engine whose builders are constructed over a model
+runner (SGLang) fails on a test double of the runner, or of its model config, that lacks what
+a builder's constructor reads (#52139's shape one level up: SGLang's MLA test kit's model
+config without the ``dtype`` ``AiterAttnBackend`` reads).
 
-A stub (`runner_shapes`) is judged when the call it is handed to resolves to measured
-builders: a registry of the engine (every measured builder that ran, or the one its
-constant key names: a run-time choice) or a class a measured builder is, or derives from.
-It lacks a dotted path the facts say a builder *required* (``model_config.dtype``) when it
-has no such attribute: a ``SimpleNamespace`` or dict's keys, an ad-hoc class's attributes
-(set anywhere in it or its in-tree bases, at class level, or on the stub later), and for a
-nested path, the value the stub holds there (a mapping, a later assignment, or the
-constructor keyword its ``__init__`` stores: ``self.model_config = model_config``). A
-stub whose attributes cannot all be known (a base outside the tree, ``__getattr__``,
-attributes set under computed names, ``**mapping``) is not judged at that level; an
-instance of a core class of the tree (the engine's real runner) is no stub. Without facts
-nothing is judged: the builders' reads of the runner are measured, not read from source.
+A stub (`runner_shapes`) is judged against the builders the call it is handed to resolves
+to: a registry of the engine (a run-time choice among every builder it holds, or the one its
+constant key names) or a class. Measured facts take precedence: with them a registry holds
+the measured builders that ran, and a class the measured builders that are it or derive
+from it, each requiring the dotted paths the facts say (``model_config.dtype``). Without
+facts a registry holds the classes its registering functions construct
+(`runner_reads.registered_builders`); a class no measured builder maps to, or any class
+without facts, requires what its constructor reads from the runner on every path
+(`runner_reads.init_runner_reads`, through the bases it hands the runner to).
+
+A stub lacks a path when it has no such attribute: a ``SimpleNamespace`` or dict's keys, an
+ad-hoc class's attributes (set anywhere in it or its in-tree bases, at class level, or on
+the stub later), and for a nested path, the value the stub holds there (a mapping, a later
+assignment, or the constructor keyword its ``__init__`` stores: ``self.model_config =
+model_config``). A stub whose attributes cannot all be known (a base outside the tree,
+``__getattr__``, attributes set under computed names, ``**mapping``) is not judged at that
+level; an instance of a core class of the tree (the engine's real runner) is no stub.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from conformance.audit.findings import Finding, join_names
 from conformance.audit.index import Index, Target
@@ -28,8 +35,19 @@ from conformance.engines.facts import BuilderFacts
 _SHOWN = 4
 
 
+@dataclass(frozen=True)
+class _Builder:
+    """One builder a stub may be handed to, and the runner paths it requires: by measured
+    facts (path → the error its absence raised) or statically (path → the method reading it)."""
+
+    name: str
+    required: dict[str, str]
+    measured: bool
+
+
 class RunnerStubJudge:
-    """Judges the model-runner stubs of one index by measured facts."""
+    """Judges the model-runner stubs of one index: by measured facts where they map to the
+    builders the stub is handed to, else by what those builders' constructors read."""
 
     def __init__(self, index: Index, measured: Measured | None) -> None:
         self.index = index
@@ -37,7 +55,7 @@ class RunnerStubJudge:
         self.judged = 0
 
     def run(self) -> list[Finding]:
-        if self.measured is None or not self.index.sites.runner:
+        if not self.index.sites.runner:
             return []
         findings: list[Finding] = []
         for number, facts in self.index.loaded():
@@ -48,22 +66,51 @@ class RunnerStubJudge:
 
     # -- which builders --------------------------------------------------------------
 
-    def _builders(self, module: str, stub: dict) -> tuple[list[tuple[str, BuilderFacts]], str]:
-        """The measured builders the stub is handed to, and how (for the message)."""
-        assert self.measured is not None
+    def _builders(self, module: str, stub: dict) -> tuple[list[_Builder], str]:
+        """The builders the stub is handed to, and how (for the message)."""
+        key = stub["key"]
         if stub["via"] == "registry":
-            if self.index.qualified(module, stub["ref"]) not in self.index.sites.registries:
+            registry = self.index.qualified(module, stub["ref"])
+            if registry not in self.index.sites.registries:
                 return [], ""
-            ran = {n: b for n, b in self.measured.facts.builders.items() if b.status != "not-run"}
-            key = stub["key"]
+            if self.measured is not None:
+                ran = {
+                    n: b for n, b in self.measured.facts.builders.items() if b.status != "not-run"
+                }
+                if key is not None:
+                    found = [_measured(key, ran[key])] if key in ran else []
+                    return found, f"{stub['ref']}[{key!r}]"
+                how = f"{stub['ref']}[...] (chosen at run time among the measured builders)"
+                return [_measured(n, b) for n, b in sorted(ran.items())], how
+            classes = registered(self.index, registry, key)
+            found = [_Builder(c.name, self._reads(c), False) for c in classes]
             if key is not None:
-                return ([(key, ran[key])] if key in ran else []), f"{stub['ref']}[{key!r}]"
-            how = f"{stub['ref']}[...] (chosen at run time among the measured builders)"
-            return sorted(ran.items()), how
+                return found, f"{stub['ref']}[{key!r}]"
+            how = f"{stub['ref']}[...] (chosen at run time among the backends it registers)"
+            return found, how
         target = self.index.resolve_scoped(module, stub["q"], stub["ref"])
         if target is None or target.kind != "class":
             return [], ""
-        return self.measured.builders(target), stub["ref"]
+        ran = self.measured.builders(target) if self.measured is not None else []
+        if ran:
+            return [_measured(n, b) for n, b in ran], stub["ref"]
+        return [_Builder(target.name, self._reads(target), False)], stub["ref"]
+
+    def _reads(self, target: Target, depth: int = 0) -> dict[str, str]:
+        """Path → the constructor reading it, for what `target`'s ``__init__`` (its own or
+        inherited) reads from its runner on every path, with the bases it hands it to."""
+        _, owner = self.index.method_self(target, "__init__")
+        info = (self.index.class_facts(owner) or {}).get("runner") if owner else None
+        if owner is None or not info or depth > 4:
+            return {}
+        reader = f"{owner.name.rsplit('<locals>.', 1)[-1]}.__init__"
+        found = {path: reader for path in info["reads"]}
+        if info["super"]:
+            for _, base in self.index.bases(owner):
+                if base is not None and base.kind == "class":
+                    for path, by in self._reads(base, depth + 1).items():
+                        found.setdefault(path, by)
+        return found
 
     # -- what the stub has -----------------------------------------------------------
 
@@ -127,29 +174,23 @@ class RunnerStubJudge:
             return []  # the engine's real runner, a class outside the tree, a factory
         self.judged += 1
         missing: dict[str, list[str]] = {}
-        errors: dict[str, str] = {}
-        for name, builder in builders:
-            for path, error in sorted(builder.required.items()):
+        why: dict[str, list[str]] = {}
+        for builder in builders:
+            for path, reason in sorted(builder.required.items()):
                 lacking = self._lacks(module, stub["q"], shape, path)
                 if lacking is not None:
-                    missing.setdefault(lacking, []).append(name)
-                    errors.setdefault(lacking, f"{name} without {path}: {short(error)}")
+                    missing.setdefault(lacking, []).append(builder.name)
+                    if builder.measured:
+                        reason = f"measured: {builder.name} without {path}: {short(reason)}"
+                    why.setdefault(lacking, []).append(reason)
         if not missing:
             return []
         names = sorted(missing)
-        need = sorted({b for path in names for b in missing[path]})
-        fine = sorted({n for n, _ in builders} - set(need))
-        reason = f"{join_names(need)} (measured) {'needs' if len(need) == 1 else 'need'} it"
-        if len(builders) > 1:
-            reason += f" ({len(need)} of the {len(builders)} measured builders it may get)"
-        if fine:
-            shown = fine[:_SHOWN] + ([f"{len(fine) - _SHOWN} more"] if len(fine) > _SHOWN else [])
-            reason += f"; fine for {join_names(shown)}"
-        entry = self.index.entries[number]
         message = (
             f"model-runner stub {shape['label']} handed to {how} in {stub['q']} lacks "
-            f"{join_names(names)} ({reason}; measured: {errors[names[0]]})"
+            f"{join_names(names)} ({_reason(builders, missing, why)})"
         )
+        entry = self.index.entries[number]
         return [
             Finding(
                 entry.display,
@@ -164,3 +205,53 @@ class RunnerStubJudge:
                 span=(min(shape["line"] or stub["line"], stub["line"]), stub["end"]),
             )
         ]
+
+
+def _measured(name: str, builder: BuilderFacts) -> _Builder:
+    return _Builder(name, dict(builder.required), True)
+
+
+def _reason(
+    builders: list[_Builder], missing: dict[str, list[str]], why: dict[str, list[str]]
+) -> str:
+    """Who needs what the stub lacks, those it is fine for, and one error or the readers."""
+    names = sorted(missing)
+    need = sorted({b for path in names for b in missing[path]})
+    fine = sorted({b.name for b in builders} - set(need))
+    measured = all(b.measured for b in builders)
+    readers = sorted({r for path in names for r in why[path]}) if not measured else []
+    text = f"read by {join_names(readers)}; " if readers else ""
+    kind = "measured builders" if measured else "builders"
+    text += f"{join_names(need)}{' (measured)' if measured else ''} "
+    text += f"{'needs' if len(need) == 1 else 'need'} it"
+    if len(builders) > 1:
+        text += f" ({len(need)} of the {len(builders)} {kind} it may get)"
+    if fine:
+        shown = fine[:_SHOWN] + ([f"{len(fine) - _SHOWN} more"] if len(fine) > _SHOWN else [])
+        text += f"; fine for {join_names(shown)}"
+    return text + (f"; {why[names[0]][0]}" if measured else "")
+
+
+def registered(index: Index, registry: str, key: str | None) -> list[Target]:
+    """The classes the registering functions of `registry` (a dotted module-level name)
+    construct: under `key`, or under every key (`runner_reads.registered_builders`)."""
+    module = registry.rpartition(".")[0]
+    table = (index.module_facts(module) or {}).get("registered") or {}
+    functions = [table["keys"][key]] if key in table.get("keys", {}) else []
+    if key is None:
+        functions = sorted(set(table.get("keys", {}).values()))
+    found: dict[str, Target] = {}
+    seen: set[str] = set()
+    while functions and len(seen) < 200:
+        function = functions.pop()
+        if function in seen:
+            continue
+        seen.add(function)
+        for callee in table["returns"].get(function, []):
+            if callee in table["returns"]:
+                functions.append(callee)  # another registering function's result
+                continue
+            target = index.resolve_dotted(module, callee)
+            if target is not None and target.kind == "class":
+                found.setdefault(target.key, target)
+    return sorted(found.values(), key=lambda t: t.name)

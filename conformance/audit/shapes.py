@@ -7,7 +7,10 @@ A stored value is read when it is ``SimpleNamespace(...)`` (keywords), a dict li
 local name bound to one of those; attributes set on that name later in the scope count.
 Stores: ``ctx[k] = X``, ``ctx = {k: X}``, ``ctx.update(...)``, ``ctx.setdefault(k, X)``, a
 ``static_forward_context={k: X}`` keyword, and the same through a local alias of ``ctx``.
-`read_shape` reads one value the same way (SGLang's model-runner stubs).
+An engine whose layers are handed to the builder at forward time (SGLang:
+``backend.forward_decode(q, k, v, layer, forward_batch)``, `EngineSites.layer_calls`) has a
+stub in each such call's layer argument, with the method it is handed to (``method``).
+`ScopeValues.read` reads one value the same way (SGLang's model-runner stubs).
 """
 
 from __future__ import annotations
@@ -16,7 +19,15 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
-from conformance.audit.astutil import Scope, constant_str, dotted, terminal
+from conformance.audit.astutil import (
+    Scope,
+    constant_str,
+    dotted,
+    own_nodes,
+    sets_attribute,
+    terminal,
+)
+from conformance.audit.selfuse import self_usage
 from conformance.audit.sites import EngineSites
 
 _DEPTH = 4
@@ -39,7 +50,7 @@ class ScopeValues:
                     self._note(target, node.value, node.lineno)
             elif isinstance(node, ast.AnnAssign) and node.value is not None:
                 self._note(node.target, node.value, node.lineno)
-            elif isinstance(node, ast.Call) and terminal(node.func) in ("setattr", "__setattr__"):
+            elif isinstance(node, ast.Call) and sets_attribute(node):
                 args = node.args
                 if len(args) >= 2 and isinstance(args[0], ast.Name) and constant_str(args[1]):
                     value = args[2] if len(args) > 2 else None
@@ -88,6 +99,15 @@ class ScopeValues:
 
     def is_context(self, node: ast.AST) -> bool:
         return (isinstance(node, ast.Name) and node.id in self.ctx) or self.names_context(node)
+
+    def read_argument(self, expr: ast.AST, call: ast.Call) -> dict[str, Any] | None:
+        """The shape of `expr`, an argument of `call`; None for a name the call's own result
+        is bound to (``backend = Backend(backend)``: the name holds what came before)."""
+        if isinstance(expr, ast.Name):
+            bound = self.binding(expr.id, call.lineno)
+            if bound is not None and bound[1] is call:
+                return None
+        return self.read(expr, call.lineno)
 
     def read(self, expr: ast.AST, line: int, depth: int = 0) -> dict[str, Any] | None:
         """The shape `expr` evaluates to, or None when the audit cannot read it."""
@@ -244,6 +264,13 @@ def stubs_in_scope(
             shape.update(q=scope.qualname, store=node.lineno, store_end=node.end_lineno)  # type: ignore[attr-defined]
             shape["first"] = first
             stores.append(shape)
+    for node in scope.nodes:
+        handed = _handed(node, sites) if sites.layer_calls else None
+        shape = facts.read_argument(handed[0], node) if handed else None  # type: ignore[arg-type]
+        if handed and shape is not None:
+            shape.update(q=scope.qualname, store=node.lineno, store_end=node.end_lineno)  # type: ignore[attr-defined]
+            shape["method"] = handed[1]
+            stores.append(shape)
     standins: list[dict] = []
     if scope.qualname.rsplit(".", 1)[-1] == "__new__":
         return stores, standins
@@ -258,6 +285,24 @@ def stubs_in_scope(
     return stores, standins
 
 
+def _handed(node: ast.AST, sites: EngineSites) -> tuple[ast.expr, str] | None:
+    """(the layer, the method) a call ``x.forward_decode(q, k, v, layer, batch)`` of one of
+    the engine's `layer_calls` hands over, as ``layer=`` or at `layer_position`."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in sites.layer_calls
+    ):
+        return None
+    for keyword in node.keywords:
+        if keyword.arg == sites.layer_param:
+            return keyword.value, node.func.attr
+    before = node.args[: sites.layer_position + 1]
+    if len(before) <= sites.layer_position or any(isinstance(a, ast.Starred) for a in before):
+        return None
+    return node.args[sites.layer_position], node.func.attr
+
+
 def _raising_blocks(nodes: list[ast.AST]) -> set[int]:
     found: set[int] = set()
     for node in nodes:
@@ -270,13 +315,37 @@ def _raising_blocks(nodes: list[ast.AST]) -> set[int]:
     return found
 
 
+def _bound_sets(value: ast.expr | None, var: str, scope: Scope) -> list[str]:
+    """What ``types.MethodType(f, var)`` sets on `var` on every path, where ``f`` is a
+    function defined in `scope` (the method `value` replaces runs as ``f`` instead)."""
+    if not (
+        isinstance(value, ast.Call)
+        and terminal(value.func) == "MethodType"
+        and len(value.args) == 2
+        and isinstance(value.args[0], ast.Name)
+        and dotted(value.args[1]) == var
+    ):
+        return []
+    name = value.args[0].id
+    for node in scope.nodes:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+            params = [*node.args.posonlyargs, *node.args.args]
+            own = params[0].arg if params else None
+            return self_usage(own_nodes(node), own, node.body)["sets"]
+    return []
+
+
 def _standin(node: ast.Call, cls: str, var: str | None, scope: Scope, facts: ScopeValues) -> dict:
     record = _shape("standin", f"object.__new__({cls.rsplit('.', 1)[-1]})", node, cls)
     record.update(q=scope.qualname, var=var, calls=[], reads=[], init=False)
     if var is None:
         return record
     record["dynamic"] = var in facts.dynamic
-    record["attrs"] = sorted({a for line, a, _ in facts.sets.get(var, []) if line >= node.lineno})
+    later = [(a, value) for line, a, value in facts.sets.get(var, []) if line >= node.lineno]
+    record["attrs"] = sorted({a for a, _ in later})
+    record["replaced"] = {
+        a: sets for a, value in later for sets in [_bound_sets(value, var, scope)] if sets
+    }
     expected_to_fail = _raising_blocks(scope.nodes)
     reads: list[tuple[str, int]] = []
     for other in scope.nodes:

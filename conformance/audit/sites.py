@@ -5,9 +5,10 @@ vLLM builds ``CommonAttentionMetadata`` and hands it to each metadata builder's 
 its builders read their layers out of a ``static_forward_context``. SGLang builds
 ``ForwardBatch`` (and fills fields after construction), hands it to each attention
 backend's ``init_forward_metadata``, and constructs each backend over a model runner,
-through the registry ``ATTENTION_BACKENDS``; its layers (``RadixAttention``) are read only at
-forward time. A facts file names its engine (`EngineFacts.engine`) and its record class;
-`sites_for` gives the engine's sites and refuses facts whose record is not the engine's.
+through the registry ``ATTENTION_BACKENDS``; its layers (``RadixAttention``) are handed to
+the backend at forward time (``backend.forward_decode(q, k, v, layer, forward_batch)``). A
+facts file names its engine (`EngineFacts.engine`) and its record class; `sites_for` gives
+the engine's sites and refuses facts whose record is not the engine's.
 """
 
 from __future__ import annotations
@@ -67,6 +68,19 @@ class EngineSites:
     builder_suffix: str = ""
     """How the engine's builder class names end (``Backend``): a call ``...Backend(x)`` may
     hand a runner stub to a builder (the audit resolves the name before judging)."""
+    layer_param: str = ""
+    """The parameter of a builder method of `layer_calls` that holds the layer (SGLang's
+    backends: ``layer``): what the method reads from it are layer reads."""
+    layer_position: int = 0
+    """Where a call of one of `layer_calls` passes the layer, when not as `layer_param`=."""
+    layer_calls: frozenset[str] = frozenset()
+    """Builder methods a layer is handed to at forward time (``forward_decode``): the layer
+    argument of ``backend.forward_decode(q, k, v, layer, forward_batch)`` is a layer stub.
+    Not anchors: a file that can reach a builder names it (``Backend(``, a registry)."""
+    measured_layer_method: str = ""
+    """The builder method measured facts ran a layer through (SGLang: ``forward_decode``, one
+    decode forward; the layer requirements are the facts' provenance ``layer_required``);
+    "": the builders' own ``required`` are their layers' (vLLM)."""
 
     @property
     def anchors(self) -> tuple[bytes, ...]:
@@ -107,7 +121,7 @@ SGLANG = EngineSites(
     builder_entry="init_forward_metadata",
     consumer_method="init_forward_metadata",
     layer="RadixAttention",
-    rules=(*_ALL_CAM, "STUB004", "STUB005"),
+    rules=(*_ALL_CAM, "STUB001", "STUB002", "STUB004", "STUB005"),
     filled_later=True,
     mode_field="forward_mode",
     mode_kinds=MappingProxyType(
@@ -116,6 +130,10 @@ SGLANG = EngineSites(
     registries=frozenset({"sglang.srt.layers.attention.attention_registry.ATTENTION_BACKENDS"}),
     runner="model_runner",
     builder_suffix="Backend",
+    layer_param="layer",
+    layer_position=3,
+    layer_calls=frozenset({"forward", "forward_decode", "forward_extend"}),
+    measured_layer_method="forward_decode",
 )
 
 ENGINE_SITES: Mapping[str, EngineSites] = MappingProxyType({s.engine: s for s in (VLLM, SGLANG)})

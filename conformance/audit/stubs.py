@@ -2,7 +2,8 @@
 stand-ins judged against the methods used on them.
 
 *Layer stubs* are values stored into the engine's layer context (`shapes`; vLLM's
-``static_forward_context``; an engine without one, SGLang, has none):
+``static_forward_context``), or handed to a builder's forward method (SGLang's
+``backend.forward_decode(q, k, v, layer, forward_batch)``: judged by that method only):
 ``SimpleNamespace``/dict stubs, instances of ad-hoc classes (defined in test or benchmark
 code, or in the storing file) and ``object.__new__`` stand-ins of tree classes. An instance
 of a core class of the tree (the real layer) or of a class outside it is the real thing;
@@ -20,7 +21,10 @@ measured facts (`measured`), by what the real builders were seen to require.
 
 *Stand-ins* ``x = object.__new__(Cls)`` skip ``__init__``: the attributes the methods
 called on ``x`` (and ``x``'s direct reads) use, that ``Cls``'s methods would set, must be
-set on ``x`` afterwards or exist at class level (STUB004).
+set on ``x`` afterwards or exist at class level (STUB004). A method replaced on ``x``
+(``x.m = ...``, ``patch.object(x, "m")``) or on ``Cls`` (``patch.object(Cls, "m")``,
+`StubJudge._patched`) never runs; a ``types.MethodType(f, x)`` replacement sets what ``f``
+sets.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ class StubJudge:
             for store in facts["stores"]:
                 findings += self._store(number, module, facts, store)
             for standin in facts["standins"]:
-                findings += self._standin(number, module, standin)
+                findings += self._standin(number, module, facts, standin)
         return findings
 
     def _finding(
@@ -125,6 +129,8 @@ class StubJudge:
     def _patched(self, module: str, facts: dict, qualname: str) -> set[tuple[str, str]]:
         """(class key, method or ``*``) replaced in the stub's scope, its callers and callees,
         or at module level: their bodies never run there."""
+        if not facts["patched"]:
+            return set()
         graph = ScopeGraph(facts)
         scopes = {"<module>"} | set().union(*list(graph.rings(qualname))[:2])
         found: set[tuple[str, str]] = set()
@@ -166,9 +172,10 @@ class StubJudge:
 
     def _examples(self, module: str, facts: dict, shape: dict, missing: list[str]) -> list[str]:
         """One measured error for the missing attributes, when the facts hold one."""
+        method = shape.get("method")
         for one in reached_from(self.index, module, facts, shape["q"], "layer"):
             for target in (one.target, *ancestors(self.index, one.target)):
-                text = self.measured.example(target, missing) if self.measured else ""
+                text = self.measured.example(target, missing, method) if self.measured else ""
                 if text:
                     return [f"measured: {text}"]
         return []
@@ -187,6 +194,9 @@ class StubJudge:
             source = self.protocol.source
             return {p: {source} for p in self.protocol.attributes}, {source: f"protocol {source}"}
         reached = reached_from(self.index, module, facts, shape["q"], "layer")
+        handed = shape.get("method")  # the builder method the layer is handed to
+        if handed is not None:
+            reached = [r for r in reached if handed in self.index.by_method(r.target, "layer")]
         if not reached:
             return None
         patched = self._patched(module, facts, shape["q"])
@@ -198,7 +208,10 @@ class StubJudge:
         def judge(
             builder: Target, methods: list[str | None], reason: Any, into: dict[str, set[str]]
         ) -> None:
-            if not (self.measured and self.measured.stub_needs(builder, first, into)):
+            if handed is not None:
+                methods = [handed]
+            measured = self.measured and self.measured.stub_needs(builder, first, into, handed)
+            if not measured:
                 for method in methods:
                     self._reads(builder, method, shape, target, patched, into)
             for readers in into.values():
@@ -237,6 +250,8 @@ class StubJudge:
         needs, why = needed
         sites = self.index.sites
         stored = f"stored in {sites.layer_context}"
+        if shape.get("method"):
+            stored = f"handed to {shape['method']}"
         if shape["store"] != shape["line"]:
             stored += f" at line {shape['store']}"
         where = f"layer stub {shape['label']} {stored} in {shape['q']}"
@@ -278,6 +293,8 @@ class StubJudge:
                     )
                 )
         layer = sites.layer
+        if not sites.typed_lookup:
+            return findings  # no type-filtered lookup skips a stub of another type
         if unknown is None and (target is None or not self.index.is_subclass(target, layer)):
             findings.append(
                 self._finding(
@@ -291,7 +308,7 @@ class StubJudge:
             )
         return findings
 
-    def _standin(self, number: int, module: str, shape: dict) -> list[Finding]:
+    def _standin(self, number: int, module: str, facts: dict, shape: dict) -> list[Finding]:
         if shape["init"] or shape["var"] is None or shape.get("dynamic"):
             return []  # initialised, unused, or given attributes under computed names
         target = self.index.resolve_scoped(module, shape["q"], shape["cls"])
@@ -302,6 +319,8 @@ class StubJudge:
             return []
         full, _ = self.index.attributes(target, instance=True)
         settable = full - class_level
+        keys = {a.key for a in ancestors(self.index, target)}
+        patched = {m for k, m in self._patched(module, facts, shape["q"]) if k in keys}
         used = set(shape["reads"])
         pending, seen, provided = list(shape["calls"]), set(), set()
         while pending and len(seen) < 50:
@@ -309,8 +328,11 @@ class StubJudge:
             if name in seen:
                 continue
             seen.add(name)
-            if name in shape["attrs"]:
-                continue  # replaced on the instance (a mock): its body never runs
+            if name in shape["attrs"]:  # replaced on the instance: its body never runs
+                provided |= set(shape.get("replaced", {}).get(name, ()))  # its replacement's
+                continue
+            if name in patched or "*" in patched:
+                continue  # replaced on the class (``patch.object(Cls, "m")``)
             method, _ = self.index.method_self(target, name)
             if method is not None:
                 used |= set(method["reads"])

@@ -2,7 +2,8 @@
 
 * `layer_reads`: the attributes a builder method reads from layer objects taken out of the
   engine's layer context (vLLM's ``static_forward_context``, directly or through
-  ``get_layers_from_vllm_config(cfg, Type)``, which only yields instances of ``Type``);
+  ``get_layers_from_vllm_config(cfg, Type)``, which only yields instances of ``Type``), or
+  from its layer parameter (SGLang's ``forward_decode(self, q, k, v, layer, ...)``);
   reads under a branch that inspects the layer (``isinstance``, ``hasattr``, ``is None``)
   and ``getattr(layer, name, default)`` are not requirements.
 * `consumer_needs`: the record fields (`EngineSites.record`) a function taking the record
@@ -65,17 +66,22 @@ def layer_reads(
 ) -> list[list[Any]] | None:
     """``[[attr_path, type_filter_or_None, "first"|"every"], ...]`` read from layers in
     `func` (``first``: read from ``ctx[layer_names[0]]`` only); None when `func` takes no
-    layer out of a context at all (or the engine has none). Reads behind a condition not
-    about the layers, or deferred (`conditions`), are left out."""
+    layer out of a context at all, nor is a method layers are handed to that takes the
+    engine's `layer_param` (SGLang's ``forward_decode(self, q, k, v, layer, ...)``).
+    Reads behind a condition not about the layers, or deferred (`conditions`), or on some
+    modes of the batch only (`modes`), are left out."""
     context, lookup = sites.layer_context, sites.typed_lookup
+    params = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
+    if func.name in sites.layer_calls and any(a.arg == sites.layer_param for a in params):
+        layer = {sites.layer_param: None}
+        return _reads_of(func, list(ast.walk(func)), layer, set(), set(layer), sites)
     if not context:
         return None
-    params = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
+    nodes = list(ast.walk(func))
     ctx_names = {a.arg for a in params if a.arg.endswith(context)}
     typed: dict[str, str | None] = {}  # name of a get_layers_from_vllm_config result → type
     layers: dict[str, str | None] = {}  # layer variable → type filter (None: any object)
     firsts: set[str] = set()  # layer variables bound to the first layer only
-    nodes = list(ast.walk(func))
     for node in nodes:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
@@ -115,7 +121,25 @@ def layer_reads(
         isinstance(n, ast.Subscript) and _is_context(n.value, ctx_names, context) for n in nodes
     ):
         return None
+    reads = _reads_of(func, nodes, layers, firsts, seed, sites, ctx_names)
+    return reads if touched or reads else None
+
+
+def _reads_of(
+    func: ast.FunctionDef | ast.AsyncFunctionDef,
+    nodes: list[ast.AST],
+    layers: dict[str, str | None],
+    firsts: set[str],
+    seed: set[str],
+    sites: EngineSites,
+    ctx_names: frozenset[str] | set[str] = frozenset(),
+) -> list[list[Any]]:
+    """What `func` reads on every path from the layer variables `layers` (and, with the
+    engine's layer context, from ``ctx[name]`` directly), as `layer_reads` lists it."""
+    context = sites.layer_context
     lazy = unrequired_ids(func, derived_names(func, seed))
+    if sites.mode_field:
+        lazy |= mode_branch_ids(func, sites.mode_field)
     branch = guards(func)
     up = parents(func)
     reads: set[tuple[str, str | None, str]] = set()
@@ -137,8 +161,12 @@ def layer_reads(
             inspected = branch.get(id(node), set())
             if base.id in inspected or f"{base.id}.{node.attr}" in inspected:
                 continue
-        elif isinstance(base, ast.Subscript) and _is_context(base.value, ctx_names, context):
-            kind, touched = None, True
+        elif (
+            context
+            and isinstance(base, ast.Subscript)
+            and _is_context(base.value, ctx_names, context)
+        ):
+            kind = None
             scope = "first" if _first_layer(base) else "every"
         else:
             continue
@@ -147,8 +175,6 @@ def layer_reads(
         if isinstance(parent, ast.Attribute) and parent.value is node:
             path += "." + parent.attr
         reads.add((path, kind, scope))
-    if not touched and not reads:
-        return None
     return [list(r) for r in sorted(reads, key=lambda r: (r[0], r[1] or "", r[2]))]
 
 
@@ -329,12 +355,14 @@ def _literal_items(node: ast.AST) -> list[tuple[str, ast.expr]] | None:
 
 
 def may_hold_stubs(scope: Scope, sites: EngineSites) -> bool:
-    """Whether `scope` names a layer context or calls ``__new__`` (cheap gate before
-    `shapes`)."""
+    """Whether `scope` names a layer context, calls ``__new__`` or a method layers are
+    handed to (cheap gate before `shapes`)."""
     context = sites.layer_context or "__new__"
     for node in scope.nodes:
         if isinstance(node, ast.Attribute):
             if node.attr == "__new__" or node.attr.endswith(context):
+                return True
+            if node.attr in sites.layer_calls:
                 return True
         elif isinstance(node, ast.Name):
             if node.id.endswith(context):

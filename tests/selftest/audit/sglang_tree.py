@@ -3,8 +3,10 @@
 Written from the shapes the audit must tell apart, not from SGLang's code, at the dotted paths
 SGLang's committed facts name (``reports/engines/sglang-0.5.23.facts.json``): a
 ``ForwardBatch`` dataclass whose optional fields are the ones the facts measured, an
-attention-backend base, the three backends the facts saw build (each constructed over a model
-runner, each with an ``init_forward_metadata`` builder), the registry ``ATTENTION_BACKENDS``, a
+attention-backend base whose ``forward`` dispatches by the batch's mode, the three backends the
+facts saw build (each constructed over a model runner, reading in ``__init__`` and
+``forward_decode`` what the facts say it required of the runner and the layer, each with an
+``init_forward_metadata`` builder), a ``RadixAttention``, the registry ``ATTENTION_BACKENDS``, a
 ``ModelRunner`` whose ``forward`` also takes the batch (a driver, not a consumer), and a test kit
 like SGLang's MLA kit: a tiny model config, a mock runner storing it, a registry call and a batch
 maker that fills fields after building the batch.
@@ -48,6 +50,26 @@ BASE = """\
     class AttentionBackend:
         def init_forward_metadata(self, forward_batch):
             raise NotImplementedError
+
+        def forward(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+            self.last_layer = layer.layer_id
+            if forward_batch.forward_mode.is_decode():
+                return self.forward_decode(q, k, v, layer, forward_batch)
+            return self.forward_extend(q, k, v, layer, forward_batch)
+
+        def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+            raise NotImplementedError
+
+        def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+            raise NotImplementedError
+    """
+
+LAYER = """\
+    class RadixAttention:
+        def __init__(self, num_heads, head_dim, layer_id):
+            self.tp_q_head_num = num_heads
+            self.qk_head_dim = head_dim
+            self.layer_id = layer_id
     """
 
 BACKEND = """\
@@ -57,12 +79,22 @@ BACKEND = """\
 
     class {name}(AttentionBackend):
         def __init__(self, model_runner):
-            self.device = model_runner.device
+{init}
 
         def init_forward_metadata(self, forward_batch: ForwardBatch):
             self.total = forward_batch.seq_lens.sum()
             if forward_batch.forward_mode.is_target_verify():
                 self.draft = forward_batch.spec_info.draft_token_num
+
+        def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+{decode}
+            return q
+
+        def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+            self.heads = layer.tp_q_head_num
+            if forward_batch.forward_mode.is_target_verify():
+                return layer.verify_only
+            return q
     """
 
 PLAIN_BACKEND = """\
@@ -95,6 +127,20 @@ REGISTRY = """\
         from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
 
         return AiterAttnBackend(runner)
+
+
+    @register_attention_backend("triton")
+    def create_triton_backend(runner):
+        from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+        return TritonAttnBackend(runner)
+
+
+    @register_attention_backend("torch_native")
+    def create_torch_native_backend(runner):
+        from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+        return TorchNativeAttnBackend(runner)
     """
 
 RUNNER = """\
@@ -154,9 +200,9 @@ _PACKAGES = (
     "sglang/test/kits",
 )
 _BACKENDS = {
-    "aiter_backend": "AiterAttnBackend",
-    "triton_backend": "TritonAttnBackend",
-    "torch_native_backend": "TorchNativeAttnBackend",
+    "aiter": ("aiter_backend", "AiterAttnBackend"),
+    "triton": ("triton_backend", "TritonAttnBackend"),
+    "torch_native": ("torch_native_backend", "TorchNativeAttnBackend"),
 }
 
 
@@ -172,6 +218,16 @@ def required_of_runner(facts: EngineFacts) -> tuple[list[str], list[str]]:
     return runner, config
 
 
+def facts_of(facts: EngineFacts, builder: str) -> list[str]:
+    """The runner paths `builder` was measured to require."""
+    return sorted(facts.builders[builder].required)
+
+
+def layer_facts_of(facts: EngineFacts, builder: str) -> list[str]:
+    """The layer attributes `builder`'s decode forward was measured to require."""
+    return sorted(facts.provenance["layer_required"][builder])
+
+
 def needed_fields(facts: EngineFacts) -> list[str]:
     """The optional record fields a measured builder needed on some batch kind."""
     return sorted(name for name, field in facts.fields.items() if field.needed_by)
@@ -183,11 +239,17 @@ def sglang_files(
     config_lacks: Iterable[str] = (),
     later_lacks: Iterable[str] = (),
     plain_read: str = "",
+    aiter_init: str = "",
+    aiter_decode: str = "",
 ) -> dict[str, str]:
-    """The tree's files. The kit's model config and runner carry every attribute `facts` say a
-    builder required, but `config_lacks`; its batch maker fills every needed field after
-    building the batch, but `later_lacks`. With `plain_read`, a ``PlainAttnBackend`` whose
-    ``init_forward_metadata`` body is those lines, and a test that names it."""
+    """The tree's files. Each backend's constructor reads from its runner what `facts` say it
+    required (``AiterAttnBackend``'s: `aiter_init`, when given, as its ``__init__`` body), and
+    its ``forward_decode`` reads from its layer what `facts` say a decode forward required
+    (``AiterAttnBackend``'s: `aiter_decode`, when given). The
+    kit's model config and runner carry every attribute `facts` say a builder required, but
+    `config_lacks`; its batch maker fills every needed field after building the batch, but
+    `later_lacks`. With `plain_read`, a ``PlainAttnBackend`` whose ``init_forward_metadata``
+    body is those lines, and a test that names it."""
     runner_attrs, config_attrs = required_of_runner(facts)
     skip = set(config_lacks)
     config = [f"self.{a} = None" for a in config_attrs if a not in skip]
@@ -202,8 +264,17 @@ def sglang_files(
     files["sglang/srt/model_executor/model_runner.py"] = RUNNER
     files["sglang/srt/layers/attention/base_attn_backend.py"] = BASE
     files["sglang/srt/layers/attention/attention_registry.py"] = REGISTRY
-    for module, name in _BACKENDS.items():
-        files[f"sglang/srt/layers/attention/{module}.py"] = BACKEND.replace("{name}", name)
+    for builder, (module, name) in _BACKENDS.items():
+        reads = [f"self.r{n} = model_runner.{p}" for n, p in enumerate(facts_of(facts, builder))]
+        init = aiter_init.splitlines() if aiter_init and builder == "aiter" else reads
+        layer = [f"self.l{n} = layer.{a}" for n, a in enumerate(layer_facts_of(facts, builder))]
+        decode = aiter_decode.splitlines() if aiter_decode and builder == "aiter" else layer
+        files[f"sglang/srt/layers/attention/{module}.py"] = (
+            BACKEND.replace("{name}", name)
+            .replace("{init}", _lines(12, init))
+            .replace("{decode}", _lines(12, decode))
+        )
+    files["sglang/srt/layers/radix_attention.py"] = LAYER
     files["sglang/test/kits/mla_kit.py"] = (
         KIT.replace("{config}", _lines(12, config))
         .replace("{runner}", _lines(12, runner))

@@ -65,11 +65,100 @@ def test_a_config_lacking_what_two_backends_require_names_both(tmp_path, write_t
     assert "aiter and triton (measured) need it" in report.findings[0].message
 
 
-def test_runner_stubs_are_judged_by_measured_facts_only(tmp_path, write_tree):
-    root = write_tree(tmp_path, sglang_files(FACTS, config_lacks=["dtype"]))
+def test_without_facts_a_runner_stub_is_judged_by_the_constructors_reads(tmp_path, write_tree):
+    # each backend's __init__ reads what it was measured to require; ATTENTION_BACKENDS
+    # stands for the backends its registering functions construct
+    root = write_tree(tmp_path / "seeded", sglang_files(FACTS, config_lacks=["dtype"]))
     report = run_audit([root], options=Options(jobs=1), sites=SGLANG)
-    assert [f.code for f in report.findings] == []
-    assert report.context["stubs"]["runner_stubs_judged"] == 0
+    assert [(f.code, f.names) for f in report.findings] == [("STUB005", ("model_config.dtype",))]
+    message = report.findings[0].message
+    assert "handed to ATTENTION_BACKENDS[...] (chosen at run time among the backends it" in message
+    assert "(read by AiterAttnBackend.__init__; AiterAttnBackend needs it (1 of the 3" in message
+    assert "fine for TorchNativeAttnBackend and TritonAttnBackend" in message
+    assert report.context["stubs"]["runner_stubs_judged"] == 1
+    root = write_tree(tmp_path / "fixed", sglang_files(FACTS))
+    assert run_audit([root], options=Options(jobs=1), sites=SGLANG).findings == []
+
+
+@pytest.mark.parametrize(
+    ("init", "expected"),
+    [
+        ("self.dtype = model_runner.model_config.dtype", [("model_config.dtype",)]),
+        (
+            "config = model_runner.model_config\nself.dtype = config.dtype",
+            [("model_config.dtype",)],
+        ),
+        (
+            "self.model_runner = model_runner\nself.dtype = self.model_runner.model_config.dtype",
+            [("model_config.dtype",)],
+        ),
+        ("self.dtype = getattr(model_runner.model_config, 'dtype')", [("model_config.dtype",)]),
+        # read on some paths only, or not read: no requirement
+        ("if model_runner.device:\n    self.dtype = model_runner.model_config.dtype", []),
+        (
+            "if model_runner.device is None:\n    raise ValueError('no device')\n"
+            "self.dtype = model_runner.model_config.dtype",
+            [],
+        ),
+        ("self.dtype = getattr(model_runner.model_config, 'dtype', None)", []),
+        ("self.dtype = lambda: model_runner.model_config.dtype", []),
+        ("model_runner.model_config.dtype = None", []),
+    ],
+)
+def test_a_constructor_requires_what_it_reads_from_the_runner_on_every_path(
+    tmp_path, write_tree, init, expected
+):
+    files = sglang_files(FACTS, config_lacks=["dtype"], aiter_init=init)
+    report = run_audit([write_tree(tmp_path, files)], options=Options(jobs=1), sites=SGLANG)
+    assert [f.names for f in report.findings] == expected, report.to_text()
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [("super().__init__(model_runner)", [("model_config.dtype",)]), ("super().__init__()", [])],
+)
+def test_a_backend_constructed_by_name_is_judged_with_the_bases_it_hands_the_runner_to(
+    tmp_path, write_tree, call, expected
+):
+    files = sglang_files(FACTS, config_lacks=["dtype"])
+    files["sglang/srt/layers/attention/fancy_backend.py"] = f"""\
+        from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
+
+
+        class FancyAttnBackend(AiterAttnBackend):
+            def __init__(self, model_runner):
+                {call}
+        """
+    files[KIT] = (
+        files[KIT]
+        .replace("ATTENTION_BACKENDS[case.backend](runner)", "FancyAttnBackend(runner)")
+        .replace(
+            "from sglang.srt.model_executor.model_runner import ModelRunner",
+            "from sglang.srt.model_executor.model_runner import ModelRunner\n"
+            "    from sglang.srt.layers.attention.fancy_backend import FancyAttnBackend",
+        )
+    )
+    report = run_audit([write_tree(tmp_path, files)], options=Options(jobs=1), sites=SGLANG)
+    assert report.problems == []
+    assert [f.names for f in report.findings] == expected, report.to_text()
+    if expected:
+        assert "handed to FancyAttnBackend in build_fixture" in report.findings[0].message
+        assert "(read by AiterAttnBackend.__init__; FancyAttnBackend needs it)" in (
+            report.findings[0].message
+        )
+
+
+def test_measured_facts_take_precedence_over_the_constructors_reads(tmp_path, write_tree):
+    # AiterAttnBackend.__init__ also reads model_config.only_read, which the kit lacks and the
+    # measured aiter backend did not require
+    init = "\n".join(
+        [f"self.r{n} = model_runner.{p}" for n, p in enumerate(_TREE["facts_of"](FACTS, "aiter"))]
+        + ["self.extra = model_runner.model_config.only_read"]
+    )
+    root = write_tree(tmp_path, sglang_files(FACTS, aiter_init=init))
+    static = run_audit([root], options=Options(jobs=1), sites=SGLANG)
+    assert [f.names for f in static.findings] == [("model_config.only_read",)]
+    assert run_audit([root], options=Options(jobs=1), facts=FACTS).findings == []
 
 
 def test_a_field_filled_after_the_batch_is_built_counts_as_passed(tmp_path, write_tree):
@@ -164,3 +253,22 @@ def test_facts_whose_record_is_not_the_engine_s_are_refused():
     wrong = replace(make_facts(), engine="sglang")
     with pytest.raises(FactsError, match="is not sglang's record ForwardBatch"):
         sites_for(wrong)
+
+
+def test_a_name_rebound_to_the_backend_built_from_it_is_no_stub(tmp_path, write_tree):
+    # ``backend = LocalAttnBackend(backend)``: the argument is what the name held before (a
+    # parameter), not the ad-hoc backend the call builds
+    files = sglang_files(FACTS, plain_read="self.p = 1")
+    files["sglang/test/test_plain.py"] += """
+
+    class LocalAttnBackend(PlainAttnBackend):
+        pass
+
+
+    def make(backend):
+        backend = LocalAttnBackend(backend)
+        return backend
+    """
+    report = run_audit([write_tree(tmp_path, files)], options=Options(jobs=1), sites=SGLANG)
+    assert report.problems == []
+    assert report.context["stubs"]["runner_stubs_judged"] == 1  # the kit's runner only

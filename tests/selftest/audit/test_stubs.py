@@ -204,6 +204,16 @@ def test_protocol_file_errors_name_file_and_line():
     assert parse_protocol_text("[a]\nx\n[b]\ny.z\n", "p").attributes == {"x", "y.z"}
 
 
+def _standin_names(tmp_path, write_tree, module: str, source: str, test: str) -> list[tuple]:
+    """The names of each STUB004 finding of `test` (written as is, not dedented) over the
+    class module ``pkg/<module>.py``."""
+    root = write_tree(tmp_path, {f"pkg/{module}.py": source})
+    (root / "tests").mkdir()
+    (root / "tests" / f"test_{module}.py").write_text(test)
+    report = run_audit([root], options=Options(jobs=1))
+    return [f.names for f in report.findings if f.code == "STUB004"]
+
+
 STANDIN_IMPL = """\
     class Impl:
         def __init__(self):
@@ -256,8 +266,83 @@ STANDIN_IMPL = """\
 def test_standin_reads_on_every_path_only(tmp_path, write_tree, body, expected):
     head = "import pytest\nfrom pkg.impl import Impl\n\n\n"
     test = f"{head}def test_it():\n    impl = object.__new__(Impl)\n    {body}\n"
-    root = write_tree(tmp_path, {"pkg/impl.py": STANDIN_IMPL})
-    (root / "tests").mkdir()
-    (root / "tests" / "test_impl.py").write_text(test)
+    assert _standin_names(tmp_path, write_tree, "impl", STANDIN_IMPL, test) == expected
+
+
+REPLACED_IMPL = """\
+    class Stage:
+        def __init__(self, server_args):
+            self.cache = None
+            self.server_args = server_args
+
+        def prepare(self):
+            self._init_cache()
+            return self.cache
+
+        def _init_cache(self):
+            self.cache = [self.server_args]
+
+        def run(self):
+            self.load()
+            return 1
+
+        def load(self):
+            return self.server_args
+    """
+
+
+@pytest.mark.parametrize(
+    ("head", "body", "expected"),
+    [
+        ("", "stage.run()", [("server_args",)]),  # load reads it
+        ("", "with patch.object(stage, 'load'):\n        stage.run()", []),
+        ("", "with mock.patch.object(stage, 'load', return_value=0):\n        stage.run()", []),
+        ("", "patch.object(stage, 'load').start()\n    stage.run()", []),
+        ("", "with patch.object(Stage, 'load'):\n        stage.run()", []),
+        ("", "with mock.patch.object(Stage, 'load', return_value=0):\n        stage.run()", []),
+        ("@patch.object(Stage, 'load')\n", "stage.run()", []),  # a decorator
+        ("", "stage.prepare()", [("server_args",)]),  # _init_cache sets cache, reads server_args
+        (
+            "",
+            "def fake(self):\n        self.cache = [1]\n\n"
+            "    stage._init_cache = types.MethodType(fake, stage)\n    stage.prepare()",
+            [],
+        ),  # the replacement runs and sets what prepare reads
+        (
+            "",
+            "def fake(self):\n        return None\n\n"
+            "    stage._init_cache = MethodType(fake, stage)\n    stage.prepare()",
+            [("cache",)],
+        ),  # the replacement sets nothing: prepare's read of cache fails
+    ],
+)
+def test_standin_methods_replaced_by_patches(tmp_path, write_tree, head, body, expected):
+    imports = (
+        "import types\nfrom types import MethodType\nfrom unittest import mock\n"
+        "from unittest.mock import patch\n\nfrom pkg.stage import Stage\n\n\n"
+    )
+    test = f"{imports}{head}def test_it(*mocks):\n    stage = object.__new__(Stage)\n    {body}\n"
+    assert _standin_names(tmp_path, write_tree, "stage", REPLACED_IMPL, test) == expected
+
+
+def test_standin_class_patches_in_a_test_class_and_its_decorators(tmp_path, write_tree):
+    test = """\
+        from unittest import mock
+
+        from pkg.stage import Stage
+
+
+        class TestStage:
+            @mock.patch.object(Stage, "load")
+            def test_patched(self, load):
+                stage = object.__new__(Stage)
+                stage.run()
+
+            def test_unpatched(self):
+                stage = object.__new__(Stage)
+                stage.run()
+        """
+    root = write_tree(tmp_path, {"pkg/stage.py": REPLACED_IMPL, "tests/test_stage.py": test})
     report = run_audit([root], options=Options(jobs=1))
-    assert [f.names for f in report.findings if f.code == "STUB004"] == expected, report.to_text()
+    found = [(f.qualname, f.names) for f in report.findings if f.code == "STUB004"]
+    assert found == [("TestStage.test_unpatched", ("server_args",))], report.to_text()
