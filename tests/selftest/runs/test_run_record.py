@@ -38,8 +38,26 @@ def _as_written(document: dict[str, Any]) -> str:
 
 
 def recorded(document: dict[str, Any]) -> RunRecord:
-    """The `RunRecord` a backend run's sidecar holds."""
+    """The `RunRecord` a backend run's or an engine run's sidecar holds."""
     machine = MachineFacts(**{f.name: document.get(f.name) for f in fields(MachineFacts)})
+    if document.get("kind") == "engine":
+        engine = document["engine"]
+        run = EngineRun(
+            version=engine["version"],
+            builders=engine["builders"],
+            pins_replaced=engine["pins_replaced"],
+            facts=document["facts"],
+            counts=document["counts"],
+            stood_in=engine.get("stood_in"),
+            gpus=document.get("gpus"),
+        )
+        return RunRecord(
+            **{key: document.get(key) for key in ALWAYS_WRITTEN if key != "backend"},
+            backend=document["backend"],
+            **{key: document.get(key) for key in ("device_kind", "junit_sha256")},
+            machine=machine,
+            engine=run,
+        )
     session = SessionFacts(**{f.name: document.get(f.name) for f in fields(SessionFacts)})
     return RunRecord(
         **{key: document[key] for key in ALWAYS_WRITTEN},
@@ -97,3 +115,13 @@ def test_an_engine_run_is_an_engine_sidecar() -> None:
 def test_a_record_is_of_a_session_or_an_engine_run() -> None:
     with pytest.raises(ValueError, match="expected a session or an engine run"):
         RunRecord("cpu", "cpu.xml", MACHINE, True, 0)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [path for path in EVIDENCE if _document(path).get("kind") == "engine"],
+    ids=lambda path: path.parent.name,
+)
+def test_an_engine_run_s_sidecar_is_written_back_byte_for_byte(path: Path) -> None:
+    written = _as_written(recorded(_document(path)).to_json())
+    assert written == path.read_text(encoding="utf-8")
