@@ -306,15 +306,34 @@ class _Walker:
                 )
 
 
+def _package_chain(folder: str) -> list[str]:
+    """The package names of `folder` and of the packages above it (folders holding
+    ``__init__.py``), outermost first; empty for a folder that is no package."""
+    chain: list[str] = []
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        chain.insert(0, os.path.basename(folder))
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return chain
+
+
 def module_names(entry: FileEntry, package_dirs: set[str]) -> list[str]:
     """Dotted module names `entry` is importable as: by its package chain (folders holding
-    ``__init__.py``), and by its path below its PATH (namespace-package style)."""
+    ``__init__.py``), and by its path below its PATH (namespace-package style), prefixed by
+    the PATH's own package chain where the PATH is a package (``audit .../sglang`` names
+    ``sglang/srt/x.py`` ``sglang.srt.x`` though ``srt`` has no ``__init__.py``)."""
     parts = entry.relpath[:-3].split("/")
     if parts[-1] == "__init__":
         parts = parts[:-1]
     names = []
     if all(p.isidentifier() for p in parts) and parts:
         names.append(".".join(parts))
+        root = os.path.abspath(entry.root)
+        outer = _package_chain(root) if os.path.isdir(root) else []
+        if outer and all(p.isidentifier() for p in outer):
+            names.append(".".join([*outer, *parts]))
     folder = os.path.dirname(os.path.abspath(entry.path))
     chain = [] if os.path.basename(entry.path) == "__init__.py" else [parts[-1] if parts else ""]
     while folder in package_dirs or os.path.isfile(os.path.join(folder, "__init__.py")):

@@ -80,6 +80,19 @@ def test_without_facts_a_runner_stub_is_judged_by_the_constructors_reads(tmp_pat
     assert run_audit([root], options=Options(jobs=1), sites=SGLANG).findings == []
 
 
+def test_the_package_folder_audited_itself_names_its_modules_as_sglang_does(tmp_path, write_tree):
+    # SGLang 0.5.23's srt/ folders are namespace packages (no __init__.py): a module under
+    # them is still sglang.srt.... when the PATH given is the sglang package folder itself
+    files = sglang_files(FACTS, config_lacks=["dtype"])
+    for folder in ("sglang/srt", "sglang/srt/layers", "sglang/srt/layers/attention"):
+        del files[f"{folder}/__init__.py"]
+    root = write_tree(tmp_path, files)
+    for path in (root, root / "sglang"):
+        report = run_audit([path], options=Options(jobs=1), sites=SGLANG)
+        found = [(f.code, f.names) for f in report.findings]
+        assert found == [("STUB005", ("model_config.dtype",))], path
+
+
 @pytest.mark.parametrize(
     ("init", "expected"),
     [
