@@ -62,6 +62,11 @@ VLLM_QUIET_WARNINGS = (
     r"ignore::DeprecationWarning:(vllm|flashinfer|cutlass|torch\.jit)(\.|$)",
     r"ignore::FutureWarning:(vllm|flashinfer|cutlass)(\.|$)",
 )
+CPU_ENGINE_RUNTIME = ("packaging", "numpy", "psutil", "pyzmq", "regex", "transformers")
+"""What the record and builders of every CPU engine import; each engine's `runtime` starts
+with these and adds its own."""
+ENGINE_SUITE = ("pytest", "safetensors")
+"""What every engine's tests need beside the engine."""
 TRITON_MLA_LSE_IN_Q_DTYPE = (
     "vllm/v1/attention/backends/mla/triton_mla.py: TritonMLAImpl.forward_mqa allocates the "
     "LSE in q's dtype (lse = torch.zeros(B, q_num_heads, dtype=q.dtype)), so a bf16 q gets a "
@@ -157,12 +162,7 @@ BUILTIN_TARGETS: dict[str, Target] = {
             below_version="0.35.0",
             distribution="vllm",
             runtime=(
-                "packaging",
-                "numpy",
-                "psutil",
-                "pyzmq",
-                "regex",
-                "transformers",
+                *CPU_ENGINE_RUNTIME,
                 "cbor2",
                 "aiohttp",
                 "requests",
@@ -184,7 +184,7 @@ BUILTIN_TARGETS: dict[str, Target] = {
                 "flashinfer-python",
                 "pyyaml",
             ),
-            suite=("pytest", "safetensors"),
+            suite=ENGINE_SUITE,
             tests="tests/engines/vllm",
             probe_modules=(
                 "vllm.v1.attention.backend",
@@ -222,7 +222,7 @@ BUILTIN_TARGETS: dict[str, Target] = {
             min_version="0.33.0",
             below_version="0.35.0",
             runtime=(),
-            suite=("pytest", "safetensors"),
+            suite=ENGINE_SUITE,
             tests="tests/engines/vllm_gpu",
             probe_modules=(
                 "vllm.v1.attention.backend",
@@ -256,12 +256,7 @@ BUILTIN_TARGETS: dict[str, Target] = {
             python="3.11",  # the only Python SGLang's wheel is built for
             distribution="sglang",
             runtime=(
-                "packaging",
-                "numpy",
-                "psutil",
-                "pyzmq",
-                "regex",
-                "transformers",
+                *CPU_ENGINE_RUNTIME,
                 "pydantic",
                 "msgspec",
                 "orjson",
@@ -287,7 +282,7 @@ BUILTIN_TARGETS: dict[str, Target] = {
                 # SGLang's configs import torchvision; PyPI's would replace the CPU torch
                 "./conformance/engines/sglang/torchvision_standin",
             ),
-            suite=("pytest", "safetensors"),
+            suite=ENGINE_SUITE,
             tests="tests/engines/sglang",
             probe_modules=(
                 "sglang.srt.model_executor.forward_batch_info",

@@ -112,6 +112,7 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _GLUON | {"BLOCK_N": 64, "STAGES": 2, "PLAN_HEADS": 64},
         _WS,
         _WS | {"BLOCK_N": 64, "STAGES": 2},
+        _WS | {"PLAN_HEADS": 64},
     ],
     (64, "fp8"): [
         _N64 | _TRITON,
@@ -130,7 +131,11 @@ TUNE_SHAPES: dict[tuple[int, str], list[Case]] = {
     (16, "fp8"): [Case(16, "fp8", 128, 4096, 1), Case(16, "fp8", 128, 16384, 1)],
     (32, "bf16"): [Case(16, "bf16", 128, 16384, 2)],
     (32, "fp8"): [Case(16, "fp8", 128, 16384, 2)],
-    (64, "bf16"): [Case(128, "bf16", 128, 8192, 1), Case(128, "bf16", 32, 4096, 1)],
+    (64, "bf16"): [
+        Case(128, "bf16", 128, 8192, 1),
+        Case(128, "bf16", 32, 4096, 1),
+        Case(128, "bf16", 64, 32768, 1),  # long programs (496 tiles a program)
+    ],
     (64, "fp8"): [Case(128, "fp8", 128, 8192, 1)],
 }
 # Timing probes at 128 heads (ABLATE: 1 = no PV dot, 2 = no QK dot): where the time goes.

@@ -62,14 +62,16 @@ def slot_offsets(
 
 @gluon.jit
 def issue_tile(kv_ptr, slot, ok, lat_buf, rope_buf, D_V: gl.constexpr, D_R: gl.constexpr,
-                LOAD: gl.constexpr):  # fmt: skip
-    """cp.async of one KV tile (latent and rope blocks) into its stage; missing tokens are 0."""
+                LOAD: gl.constexpr, COMMIT: gl.constexpr = True):  # fmt: skip
+    """cp.async of one KV tile (latent and rope blocks) into its stage; missing tokens are 0.
+    With `COMMIT` the copies close a ``cp.async`` group (waited for with ``wait_group``)."""
     cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
     cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
     base = kv_ptr + slot[:, None]
     cp_async(lat_buf, base + cols_v[None, :], mask=ok[:, None])
     cp_async(rope_buf, base + D_V + cols_r[None, :], mask=ok[:, None])
-    async_copy.commit_group()
+    if COMMIT:
+        async_copy.commit_group()
 
 
 @gluon.jit

@@ -45,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from kernels.gluon_mla.parts import BLOCK_M, block_bounds, cta_barrier, store_block
-from kernels.gluon_mla.ws_loader import LOADER_WARPS, loader, tile_stage
+from kernels.gluon_mla.ws_loader import LOADER_THREADS, LOADER_WARPS, loader, tile_stage
 from kernels.plan_slice import program_slice, work_span
 
 PART_WARPS = gl.constexpr(4)  # warps of each consumer partition (one warpgroup)
@@ -77,6 +77,14 @@ def _p_tile(kv_rope, g, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
     """Tile `g`'s P (``[BLOCK_M, BLOCK_N]`` bf16) in that tile's rope buffer."""
     P_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.bfloat16)
     return kv_rope.index(g % STAGES)._reinterpret(gl.bfloat16, [BLOCK_M, BLOCK_N], P_SL)
+
+
+@gluon.jit
+def _landed(bar, phase):
+    """Wait until the loader's copies signalled on `bar` landed; then fence, so this
+    partition's ``wgmma`` (the async proxy) reads what ``cp.async`` wrote."""
+    mbarrier.wait(bar, phase)
+    fence_async_shared()
 
 
 @gluon.jit
@@ -156,7 +164,7 @@ def _consumer(
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, S_ROW)  # max through tile j
             l_i = gl.zeros([BLOCK_M], gl.float32, S_ROW)  # ΣP of this consumer's tiles
             o = warpgroup_mma_init(gl.zeros([BLOCK_M, HALF], gl.float32, O_L))  # in flight
-            mbarrier.wait(q_ready, blk & 1)
+            _landed(q_ready, blk & 1)
             for t in range((WG + g) % 2, num_tiles, 2):
                 # The other's tile t - 1 (if any): release tile t - 2 (own, its P V done),
                 # issue S_t, then (once the other handed over P) P V_{t-1} on this half; wait
@@ -166,7 +174,7 @@ def _consumer(
                     o_now = warpgroup_mma_wait(0, deps=(o,))
                     if t > 1:
                         _release(kv_free.index((g + t - 2) % STAGES))
-                    mbarrier.wait(kv_ready.index(stage), phase)
+                    _landed(kv_ready.index(stage), phase)
                     s = _chunked_scores(q_lat, q_rope, kv_lat.index(stage), kv_rope.index(stage),
                                         S_L, BLOCK_N, D_V)  # fmt: skip
                     o, m_i, l_i = _others_pv(
@@ -175,7 +183,7 @@ def _consumer(
                     )  # fmt: skip
                     s_now = warpgroup_mma_wait(1, deps=(s,))
                 else:
-                    mbarrier.wait(kv_ready.index(stage), phase)
+                    _landed(kv_ready.index(stage), phase)
                     s = _chunked_scores(q_lat, q_rope, kv_lat.index(stage), kv_rope.index(stage),
                                         S_L, BLOCK_N, D_V)  # fmt: skip
                     s_now = warpgroup_mma_wait(0, deps=(s,))
@@ -270,12 +278,12 @@ def gluon_mla_ws_decode_kernel(
     q_ready = gl.allocate_shared_memory(gl.int64, [1], BAR)
     q_free = gl.allocate_shared_memory(gl.int64, [1], BAR)
     for i in gl.static_range(STAGES):
-        mbarrier.init(kv_ready.index(i), count=1)
+        mbarrier.init(kv_ready.index(i), count=LOADER_THREADS)  # each thread's copies landed
         mbarrier.init(kv_free.index(i), count=2)  # both consumers
     for i in gl.static_range(2):
         mbarrier.init(p_ready.index(i), count=1)
         mbarrier.init(l_ready.index(i), count=2)
-    mbarrier.init(q_ready, count=1)
+    mbarrier.init(q_ready, count=LOADER_THREADS)
     mbarrier.init(q_free, count=2)
     fence_async_shared()
     cta_barrier()

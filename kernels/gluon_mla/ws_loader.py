@@ -1,6 +1,12 @@
 """The loader partition of the warp-specialized decode (`kernels.gluon_mla.ws_kernel`): Q
 and the KV tiles into shared memory with ``cp.async``, each tile signalled on an mbarrier
 once it landed; and the stage arithmetic it shares with the consumers (`tile_stage`).
+
+The loader never waits for its own copies: each thread's ``cp.async.mbarrier.arrive``
+(``noinc``) fires once that thread's copies landed, so `kv_ready` and `q_ready` count
+`LOADER_THREADS` arrivals, and up to ``STAGES`` tiles are in flight. The copies land through
+the generic proxy; a consumer fences (``fence.proxy.async``) after its wait, before its
+``wgmma`` reads them.
 """
 
 from __future__ import annotations
@@ -9,7 +15,6 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     async_copy,
-    fence_async_shared,
     mbarrier,
 )
 
@@ -18,7 +23,6 @@ from kernels.gluon_mla.parts import (
     block_bounds,
     block_rows,
     cp_async,
-    cta_barrier,
     issue_tile,
     slot_offsets,
 )
@@ -26,6 +30,7 @@ from kernels.plan_slice import program_slice, work_span
 
 CHUNK = gl.constexpr(16)  # rows a loader pass copies (16 x 576 bf16: 9 vectors a thread)
 LOADER_WARPS = gl.constexpr(4)  # one warpgroup
+LOADER_THREADS = gl.constexpr(LOADER_WARPS.value * 32)  # arrivals on a tile's or Q's mbarrier
 
 
 @gluon.jit
@@ -79,11 +84,7 @@ def loader(
                           mask=row_ok[:, None])  # fmt: skip
                 cp_async(q_rope.slice(r * CHUNK, CHUNK), q_base + D_V + cols_r[None, :],
                           mask=row_ok[:, None])  # fmt: skip
-            async_copy.commit_group()
-            async_copy.wait_group(0)
-            fence_async_shared()
-            cta_barrier()
-            mbarrier.arrive(q_ready)
+            async_copy.mbarrier_arrive(q_ready, increment_count=False)  # once Q landed
             for j in range(num_tiles):
                 stage, phase = tile_stage(g + j, STAGES)
                 mbarrier.wait(kv_free.index(stage), phase ^ 1)  # its last tile released
@@ -94,11 +95,10 @@ def loader(
                     )  # fmt: skip
                     issue_tile(
                         kv_ptr, slot, ok, kv_lat.index(stage).slice(r * CHUNK, CHUNK),
-                        kv_rope.index(stage).slice(r * CHUNK, CHUNK), D_V, D_R, LOAD,
+                        kv_rope.index(stage).slice(r * CHUNK, CHUNK), D_V, D_R, LOAD, False,
                     )  # fmt: skip
-                async_copy.wait_group(0)
-                fence_async_shared()
-                cta_barrier()
-                mbarrier.arrive(kv_ready.index(stage))
+                # Each thread's arrival fires once its copies landed: the loader goes on to the
+                # next free stage at once, up to STAGES tiles in flight.
+                async_copy.mbarrier_arrive(kv_ready.index(stage), increment_count=False)
             g += num_tiles
             blk += 1
