@@ -68,6 +68,7 @@ from kernels.triton_mla.config import (
     REDUCE_CONFIGS,
     ROPE_DIM,
     WS_CONFIG,
+    WS_MAX_TILES,
     select_block_m,
     select_decode_config,
 )
@@ -99,6 +100,7 @@ __all__ = [
     "REDUCE_CONFIGS",
     "ROPE_DIM",
     "WS_CONFIG",
+    "WS_MAX_TILES",
     "default_sm_scale",
     "interpreted",
     "mla_reduce",
