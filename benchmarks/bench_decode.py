@@ -15,7 +15,8 @@ needed; without a CUDA device it says so and exits 0 having run nothing). In one
    ``BatchMLAPagedAttentionWrapper`` fa3 and fa2 (`benchmarks.decode.flashinfer_peer`),
    DeepSeek's FlashMLA (`benchmarks.decode.flashmla_peer`), the
    classic two-stage split-KV decode and torch's SDPA (`benchmarks.decode.impls`);
-5. writes ``<date>-<gpu>.json`` and ``.md`` under ``--out`` after every case
+5. writes ``<date>-<gpu>.json`` and ``.md`` under ``--out`` after every case (``-2``, ``-3``, ...
+   where an earlier run's files have that name: none is overwritten)
    (`benchmarks.decode.report`): µs, % of the floor, ours ÷ peer, errors.
 
 Timing (`benchmarks.decode.timing`): medians of CUDA-graph replays, L2 flushed before each.
@@ -170,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "timing": "CUDA graph replay, L2 flushed (256 MiB read) before each replay, median",
         "cases": [],
     }
+    paths = report.report_paths(args.out, payload)  # never another run's files
     if args.tune:
         payload["tuning"] = tune(timer=timer, num_sms=num_sms, keys=tune_keys)
     payload["decode_configs"] = {
@@ -197,9 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{k} {report.fmt_us(record[k])}" for k in IMPLS if isinstance(record.get(k), dict)
         )
         print(f"{case.name}: {summary} [{time.perf_counter() - started:.0f} s]", flush=True)
-        report.write_reports(args.out, payload)  # after every case: a killed run keeps its results
+        report.write_reports(paths, payload)  # after every case: a killed run keeps its results
     payload["wall_s"] = time.perf_counter() - started
-    json_path, md_path = report.write_reports(args.out, payload)
+    json_path, md_path = report.write_reports(paths, payload)
     print(report.comparison_table(payload["cases"]))
     problems = report.problems(payload["cases"])
     for line in problems:

@@ -2,13 +2,16 @@
 
 The markdown gives, per case, the roofline floor, each implementation's median time with its
 share of the floor, and ours ÷ peer (below 1.00 ours is faster; above, bold); then the
-details (rates, plan, errors). Both files also hold the environment, the ceilings measured in
-the run and the peers' status.
+details (rates, plan, errors), and the cases whose "ours" ran over a plan other than the
+backend's (a `--tune` launch option). Both files also hold the environment, the ceilings
+measured in the run and the peers' status. A run names its files once (`report_paths`:
+``-2``, ``-3``, ... after an earlier run's) and rewrites only its own.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import platform
@@ -172,6 +175,22 @@ def details_table(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def plan_notes(records: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per case whose "ours" ran over a plan made for fewer heads than the case's
+    (a launch option `--tune` chose), with ours over the plan the backend makes."""
+    notes = []
+    for r in records:
+        folded = r.get("triton_folded_plan")
+        if folded is None:
+            continue
+        heads = r.get("plan", {}).get("planned_heads", "fewer")
+        notes.append(
+            f"{r['case']}: ours over a plan for {heads} heads, run once per head group; over "
+            f"the backend's plan (all heads, folded): {fmt_us(folded)}"
+        )
+    return notes
+
+
 def problems(records: Sequence[dict[str, Any]]) -> list[str]:
     """One line per implementation that was wrong or skipped on a case."""
     found = []
@@ -237,18 +256,33 @@ def markdown(payload: dict[str, Any]) -> str:
         details_table(payload["cases"]),
         "",
     ]
+    notes = plan_notes(payload["cases"])
+    if notes:
+        lines += ["Plans other than the backend's:", "", *(f"- {line}" for line in notes), ""]
     issues = problems(payload["cases"])
     if issues:
         lines += ["Wrong or skipped:", "", *(f"- {line}" for line in issues), ""]
     return "\n".join(lines)
 
 
-def write_reports(out_dir: Path, payload: dict[str, Any]) -> tuple[Path, Path]:
-    """``<date>-<gpu>.json`` and ``.md`` under `out_dir`."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def report_paths(out_dir: Path, payload: dict[str, Any]) -> tuple[Path, Path]:
+    """The (``.json``, ``.md``) paths of a new run's results under `out_dir`:
+    ``<date>-<gpu>``, else ``-2``, ``-3``, ... where an earlier run's files hold the name (a
+    run never overwrites another's)."""
     gpu = payload["environment"]["gpu"].lower().replace("nvidia", "").strip().split()[0]
-    stem = f"{payload['date']}-{gpu}"
-    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+    base = f"{payload['date']}-{gpu}"
+    for n in itertools.count(1):
+        stem = base if n == 1 else f"{base}-{n}"
+        paths = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+        if not any(path.exists() for path in paths):
+            return paths
+    raise AssertionError("unreachable")
+
+
+def write_reports(paths: tuple[Path, Path], payload: dict[str, Any]) -> tuple[Path, Path]:
+    """The run's results into `paths` (`report_paths`): its JSON payload and the markdown."""
+    json_path, md_path = paths
+    json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
     md_path.write_text(markdown(payload))
     return json_path, md_path

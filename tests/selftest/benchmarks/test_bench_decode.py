@@ -129,6 +129,34 @@ def test_markdown_says_why_flashinfer_was_not_timed() -> None:
 
 
 def test_write_reports_names_files_by_date_and_gpu(tmp_path: Any) -> None:
-    json_path, md_path = report.write_reports(tmp_path, _payload())
+    json_path, md_path = report.write_reports(report.report_paths(tmp_path, _payload()), _payload())
     assert json_path.name == "2026-12-01-h200.json" and md_path.name == "2026-12-01-h200.md"
     assert '"ours_over_flashinfer_fa3": 2.74' in json_path.read_text()
+
+
+def test_a_new_run_never_overwrites_an_earlier_runs_results(tmp_path: Any) -> None:
+    first = report.report_paths(tmp_path, _payload())
+    report.write_reports(first, _payload())
+    earlier = first[1].read_text()
+    second = report.report_paths(tmp_path, _payload())
+    assert [p.name for p in second] == ["2026-12-01-h200-2.json", "2026-12-01-h200-2.md"]
+    report.write_reports(second, _payload() | {"date": "2026-12-02"})
+    report.write_reports(second, _payload() | {"date": "2026-12-03"})  # the run's own: replaced
+    assert first[1].read_text() == earlier
+    assert "2026-12-03" in second[1].read_text()
+    (tmp_path / "2026-12-01-h200-3.md").write_text("a third run's markdown alone")
+    assert report.report_paths(tmp_path, _payload())[0].name == "2026-12-01-h200-4.json"
+
+
+def test_markdown_names_cases_whose_ours_ran_over_another_plan() -> None:
+    payload = _payload()
+    tuned = payload["cases"][1]
+    tuned["plan"] = {"planned_heads": 64}
+    tuned["triton_folded_plan"] = _entry(300.0)
+    text = report.markdown(payload)
+    assert "Plans other than the backend's:" in text
+    assert (
+        "- h128-bf16-b128-L8192-s1: ours over a plan for 64 heads, run once per head group; "
+        "over the backend's plan (all heads, folded): 300.0 µs" in text
+    )
+    assert "Plans other than" not in report.markdown(_payload())
