@@ -43,6 +43,18 @@ def sets_attribute(call: ast.Call) -> bool:
     return name in ("setattr", "__setattr__")
 
 
+def positional_args(args: ast.arguments) -> list[ast.arg]:
+    """The positional parameters of a signature, in order (a method's first is its self,
+    whatever its name)."""
+    return [*args.posonlyargs, *args.args]
+
+
+def named_args(args: ast.arguments) -> list[ast.arg]:
+    """The named parameters of a signature: the positional ones, then the keyword-only ones
+    (not ``*args`` or ``**kwargs``)."""
+    return [*positional_args(args), *args.kwonlyargs]
+
+
 def constant_str(node: ast.AST | None) -> str | None:
     """The value of a string literal, else None."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -115,7 +127,7 @@ def self_assignments(
 ) -> Iterator[tuple[str, ast.expr]]:
     """(``attr``, value) for each ``self.attr = value`` in method `func` (its first
     parameter is ``self``, whatever its name; nested scopes included)."""
-    params = [*func.args.posonlyargs, *func.args.args]
+    params = positional_args(func.args)
     if not params:
         return
     own = params[0].arg

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from conformance.audit import flow, handoffs, reach_facts, runner_reads, runner_shapes, usage
-from conformance.audit.astutil import constant_str, dotted, iter_scopes, terminal
+from conformance.audit.astutil import constant_str, dotted, iter_scopes, positional_args, terminal
 from conformance.audit.definition import definition_facts
 from conformance.audit.sites import VLLM, EngineSites
 
@@ -202,7 +202,7 @@ def _class_facts(
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             cattrs.add(stmt.name)
             dynamic = dynamic or stmt.name in ("__getattr__", "__getattribute__")
-            params = [*stmt.args.posonlyargs, *stmt.args.args]
+            params = positional_args(stmt.args)
             static = any(terminal(d) == "staticmethod" for d in stmt.decorator_list)
             self_name = params[0].arg if params and not static else None
             method_scope = scopes.get(f"{qualname}.{stmt.name}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from conformance.audit.astutil import Scope, constant_str, dotted, sets_attribute
+from conformance.audit.astutil import Scope, constant_str, dotted, named_args, sets_attribute
 from conformance.audit.sites import EngineSites
 from conformance.audit.usage import maximal_refs
 
@@ -92,5 +92,4 @@ def parameters(node: ast.AST) -> list[str]:
     """A function's parameter names: a test's fixtures are named by them."""
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return []
-    args = node.args
-    return [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]
+    return [a.arg for a in named_args(node.args)]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from conformance.audit.astutil import constant_str, dotted, own_nodes, terminal
+from conformance.audit.astutil import constant_str, dotted, own_nodes, positional_args, terminal
 from conformance.audit.selfuse import after_early_exit, conditional_ids
 
 _PATH = 2
@@ -33,7 +33,7 @@ _PATH = 2
 
 def _runner_parameter(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, str] | None:
     """(``self``, the runner parameter): the first two positional parameters."""
-    params = [*func.args.posonlyargs, *func.args.args]
+    params = positional_args(func.args)
     return (params[0].arg, params[1].arg) if len(params) > 1 else None
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from conformance.audit.astutil import Scope, constant_str, dotted, self_assignments
+from conformance.audit.astutil import Scope, constant_str, dotted, named_args, self_assignments
 from conformance.audit.shapes import ScopeValues
 from conformance.audit.sites import EngineSites
 
@@ -111,7 +111,7 @@ def init_params(node: ast.ClassDef) -> dict[str, str]:
     """``attr`` → the ``__init__`` parameter it is stored from (``self.attr = param``)."""
     for stmt in node.body:
         if isinstance(stmt, ast.FunctionDef) and stmt.name == "__init__":
-            args = [*stmt.args.posonlyargs, *stmt.args.args, *stmt.args.kwonlyargs]
+            args = named_args(stmt.args)
             params = {a.arg for a in args[1:]}
             return {
                 attr: value.id

@@ -24,6 +24,7 @@ from conformance.audit.astutil import (
     constant_str,
     dotted,
     own_nodes,
+    positional_args,
     sets_attribute,
     terminal,
 )
@@ -329,7 +330,7 @@ def _bound_sets(value: ast.expr | None, var: str, scope: Scope) -> list[str]:
     name = value.args[0].id
     for node in scope.nodes:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
-            params = [*node.args.posonlyargs, *node.args.args]
+            params = positional_args(node.args)
             own = params[0].arg if params else None
             return self_usage(own_nodes(node), own, node.body)["sets"]
     return []

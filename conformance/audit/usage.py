@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from conformance.audit.astutil import Scope, dotted, guards, parents, terminal
+from conformance.audit.astutil import Scope, dotted, guards, named_args, parents, terminal
 from conformance.audit.conditions import derived_names, none_fallbacks, unrequired_ids
 from conformance.audit.filled import later_fields, mode_member
 from conformance.audit.modes import mode_branch_ids
@@ -46,7 +46,7 @@ def record_parameters(func: ast.FunctionDef | ast.AsyncFunctionDef, sites: Engin
     with the record class."""
     return {
         a.arg
-        for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
+        for a in named_args(func.args)
         if a.arg in sites.record_params or terminal(a.annotation) == sites.record
     }
 
@@ -71,7 +71,7 @@ def layer_reads(
     Reads behind a condition not about the layers, or deferred (`conditions`), or on some
     modes of the batch only (`modes`), are left out."""
     context, lookup = sites.layer_context, sites.typed_lookup
-    params = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
+    params = named_args(func.args)
     if func.name in sites.layer_calls and any(a.arg == sites.layer_param for a in params):
         layer = {sites.layer_param: None}
         return _reads_of(func, list(ast.walk(func)), layer, set(), set(layer), sites)
