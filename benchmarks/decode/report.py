@@ -11,7 +11,6 @@ measured in the run and the peers' status. A run names its files once (`report_p
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import platform
@@ -271,12 +270,11 @@ def report_paths(out_dir: Path, payload: dict[str, Any]) -> tuple[Path, Path]:
     run never overwrites another's)."""
     gpu = payload["environment"]["gpu"].lower().replace("nvidia", "").strip().split()[0]
     base = f"{payload['date']}-{gpu}"
-    for n in itertools.count(1):
-        stem = base if n == 1 else f"{base}-{n}"
-        paths = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-        if not any(path.exists() for path in paths):
-            return paths
-    raise AssertionError("unreachable")
+    stem, n = base, 1
+    while (out_dir / f"{stem}.json").exists() or (out_dir / f"{stem}.md").exists():
+        n += 1
+        stem = f"{base}-{n}"
+    return out_dir / f"{stem}.json", out_dir / f"{stem}.md"
 
 
 def write_reports(paths: tuple[Path, Path], payload: dict[str, Any]) -> tuple[Path, Path]:
