@@ -85,7 +85,6 @@ class _TritonBackend(PlanExecutingBackend):
             qo_indptr=decode.query_start_loc,
             **scales.as_kwargs(),
             fp8_p=fp8_p,
-            max_seq_len=decode.max_seq_len,
         )
 
 

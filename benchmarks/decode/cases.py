@@ -113,6 +113,7 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _WS,
         _WS | {"BLOCK_N": 64, "STAGES": 2},
         _WS | {"PLAN_HEADS": 64},
+        _WS | {"SPLIT_GROUPS": 1},
     ],
     (64, "fp8"): [
         _N64 | _TRITON,
@@ -135,6 +136,7 @@ TUNE_SHAPES: dict[tuple[int, str], list[Case]] = {
         Case(128, "bf16", 128, 8192, 1),
         Case(128, "bf16", 32, 4096, 1),
         Case(128, "bf16", 64, 32768, 1),  # long programs (496 tiles a program)
+        Case(128, "bf16", 128, 2048, 1),  # 62 tiles a program
     ],
     (64, "fp8"): [Case(128, "fp8", 128, 8192, 1)],
 }

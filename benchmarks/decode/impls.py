@@ -78,7 +78,7 @@ def triton_impl(batch: Batch, plan: Any, config: dict[str, int] | None = None) -
         return persistent_mla_decode(
             batch.q, batch.kv_cache, plan, **batch.paged_kwargs(), page_size=PAGE_SIZE,
             sm_scale=SM_SCALE, q_scale=batch.q_scale, kv_scale=batch.kv_scale, causal=True,
-            out=out, lse=lse, config=config, max_seq_len=batch.case.context,
+            out=out, lse=lse, config=config,
         )  # fmt: skip
 
     return Impl(run)

@@ -243,8 +243,8 @@ def markdown(payload: dict[str, Any]) -> str:
         "rows, e4m3 q and KV at up to 64): "
         + (", ".join(f"{k}: {v}" for k, v in payload.get("hopper_configs", {}).items()) or "none"),
         "",
-        "Warp-specialized Gluon decode, used instead at 64-bf16 where a program scans at most "
-        "`max_tiles_per_program` 64-token tiles (the case's context): "
+        "Warp-specialized Gluon decode, used instead at 64-bf16 (where `max_tiles_per_program` "
+        "is recorded, only where a program scans at most that many 64-token tiles): "
         + str(payload.get("ws_config", "not recorded")),
         "",
         "ours ÷ peer below 1.00: ours is faster (bold: slower). % of floor: the roofline floor "

@@ -1,6 +1,6 @@
 """The Hopper decode in Gluon (Triton's layout-explicit dialect): `decode_kernel` for bf16
 q and KV and for e4m3 (``float8_e4m3fn``) q and KV, `ws_kernel` a warp-specialized bf16 one
-(chosen where programs are short, `kernels.triton_mla.config.WS_MAX_TILES`, or by a config
+(chosen where a launch names no config, `kernels.triton_mla.config.WS_CONFIG`, or by a config
 with ``WS: 1``) whose loader partition is `ws_loader`. `parts` holds the device functions
 they share (row packing, ``cp.async`` tiles, scores, softmax, the block's store).
 

@@ -68,7 +68,6 @@ from kernels.triton_mla.config import (
     REDUCE_CONFIGS,
     ROPE_DIM,
     WS_CONFIG,
-    WS_MAX_TILES,
     select_block_m,
     select_decode_config,
 )
@@ -100,7 +99,6 @@ __all__ = [
     "REDUCE_CONFIGS",
     "ROPE_DIM",
     "WS_CONFIG",
-    "WS_MAX_TILES",
     "default_sm_scale",
     "interpreted",
     "mla_reduce",

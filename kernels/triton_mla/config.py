@@ -63,13 +63,12 @@ HOPPER_CONFIGS: dict[tuple[int, str], dict[str, int]] = {
 }
 
 # The warp-specialized bf16 decode (kernels/gluon_mla/ws_kernel.py) replaces the 64-row bf16
-# entry above on short programs: where a launch's caller gives the longest request's KV length
-# (`max_seq_len`, known on the host) and a program's share of the KV scan (`program_tiles`:
-# 64-row blocks x that length's 64-token tiles / programs) is at most WS_MAX_TILES. Measured on
-# an H200 (Triton 3.6, benchmarks/results/2026-12-02-h200-ws.md): 3-11 % faster at 4-124 tiles
-# a program, 2-3 % slower at 248 and 496, and 2.5 % slower at 62 (h128 B128 2k).
+# entry above wherever a launch leaves the choice open (no `config`). Measured on an H100
+# (Triton 3.6, benchmarks/results/2026-12-06-h100-ws-loader.md), once its loader kept up to
+# STAGES tiles in flight: 6 % faster at 31 64-token tiles a program, 1.6 % at 248 and 496
+# (2.1 % and 2.4 % in a second run the same day). Before that change it lost at 248 and 496
+# (benchmarks/results/2026-12-02-h200-ws.md) and was taken on short programs only.
 WS_CONFIG: dict[str, int] = {"WS": 1, "BLOCK_N": 32, "STAGES": 4, "num_warps": 4}
-WS_MAX_TILES = 128
 
 # Reduce configurations: partials merged per step (BLOCK_K) and heads per program (BLOCK_H).
 # On a GPU one head per program and 16 partials per step (a 32 KiB load); under the
@@ -108,17 +107,15 @@ def select_decode_config(
     plan: WorkPlan,
     kv_dtype: torch.dtype,
     hopper: bool = False,
-    program_tiles: float | None = None,
+    warp_specialized: bool = False,
 ) -> dict[str, int]:
     """The decode tile configuration (BLOCK_M, BLOCK_N, num_warps, num_stages) for a case;
-    with `hopper`, the Gluon kernel's (``GLUON: 1``, BLOCK_N, STAGES) where it has one, the
-    warp-specialized one's (`WS_CONFIG`) at 64 bf16 rows when `program_tiles` (None: not
-    known) is at most `WS_MAX_TILES`."""
+    with `hopper`, the Gluon kernel's (``GLUON: 1``, BLOCK_N, STAGES) where it has one, and
+    with `warp_specialized` too the warp-specialized one's (`WS_CONFIG`) at 64 bf16 rows."""
     block_m = select_block_m(plan)
     key = (block_m, kv_kind(kv_dtype))
-    if hopper and key == (64, "bf16") and program_tiles is not None:
-        if program_tiles <= WS_MAX_TILES:
-            return {"BLOCK_M": block_m, "GLUON": 1, **WS_CONFIG}
+    if hopper and warp_specialized and key == (64, "bf16"):
+        return {"BLOCK_M": block_m, "GLUON": 1, **WS_CONFIG}
     if hopper and key in HOPPER_CONFIGS:
         return {"BLOCK_M": block_m, "GLUON": 1, **HOPPER_CONFIGS[key]}
     return {"BLOCK_M": block_m, **DECODE_CONFIGS[key]}

@@ -78,7 +78,7 @@ class DecodeLaunch:
     switches: dict[str, bool]  # the Triton kernel's compile-time switches
     grid: tuple[int, ...]
     use_gluon: bool
-    use_ws: bool  # the warp-specialized Gluon decode (bf16 at 64 rows: short programs, or WS: 1)
+    use_ws: bool  # the warp-specialized Gluon decode (bf16 at 64 rows, no config; or WS: 1)
     round_p: bool
     stage_key: tuple[object, ...]  # `_STAGE_LIMITS` key
 
@@ -101,7 +101,6 @@ def persistent_mla_decode(
     lse: torch.Tensor | None = None,
     fp8_p: bool | None = None,
     config: dict[str, int] | None = None,
-    max_seq_len: int | None = None,
     _fault: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the persistent MLA decode kernel over `plan`, then the reduce; return (out, lse).
@@ -123,9 +122,7 @@ def persistent_mla_decode(
     where a Hopper config exists), WS (1: the warp-specialized Gluon decode for bf16 q and KV
     at 64 rows; a config without it runs the other kernels), ABLATE (timing probes only: 1
     drops the PV dot, 2 the QK dot; the results are wrong).
-    `max_seq_len`: the longest request's KV length, known on the host (vLLM's metadata has
-    it); with it and no `config`, the 64-row bf16 launch on Hopper runs the warp-specialized
-    decode where programs are short (`config.WS_MAX_TILES`).
+    Without `config`, a 64-row bf16 launch on Hopper runs the warp-specialized decode.
     `_fault` is a test hook that selects a deliberately broken kernel (see `FAULTS`).
     """
     return run_launch(plan_launch(q, kv_cache, plan, **_keywords(locals())))
@@ -212,18 +209,6 @@ def _switches(
     }
 
 
-def _program_tiles(
-    q: torch.Tensor, plan: WorkPlan, head_groups: int, max_seq_len: int | None
-) -> float | None:
-    """A program's share of the KV scan in 64-token tiles, its 64-row blocks each taken to
-    scan `max_seq_len` (None where that is not given)."""
-    if max_seq_len is None:
-        return None
-    blocks = math.ceil(q.shape[0] * q.shape[1] / 64)
-    programs = max(1, (plan.work_indptr.numel() - 1) * head_groups)
-    return blocks * math.ceil(max_seq_len / 64) / programs
-
-
 def plan_launch(
     q: torch.Tensor, kv_cache: torch.Tensor, plan: WorkPlan, **call: Any
 ) -> DecodeLaunch:
@@ -255,9 +240,8 @@ def plan_launch(
 
     hopper = gluon_mla.usable(q, kv_cache, select_block_m(plan), interpreted())
     wanted = (config or {}).get("GLUON", 1)
-    short = not config and gluon_mla.ws_usable(q, kv_cache)  # the WS choice is open
-    tiles = _program_tiles(q, plan, head_groups, call["max_seq_len"]) if short else None
-    cfg = dict(select_decode_config(plan, kv_cache.dtype, hopper and bool(wanted), tiles))
+    ws_open = not config and gluon_mla.ws_usable(q, kv_cache)  # no config chose a kernel
+    cfg = dict(select_decode_config(plan, kv_cache.dtype, hopper and bool(wanted), ws_open))
     if config:
         cfg.update(config)
     use_gluon = bool(cfg.pop("GLUON", 0)) and hopper

@@ -61,10 +61,15 @@ def check_fp8(case, plan, *, fp8_p: bool = True, **kwargs: object) -> torch.Tens
                  score_err=fp8_mma_score_err(case), **kwargs)  # fmt: skip
 
 
+WS = "warp-specialized"
+
+
 @pytest.fixture
-def gluon_launches(monkeypatch: pytest.MonkeyPatch) -> list[torch.dtype]:
-    """The cache dtype of each Gluon launch (a test asserts the kernel it tests ran)."""
-    return spy_gluon_kernel(monkeypatch, lambda kv_dtype, ws: kv_dtype)
+def gluon_launches(monkeypatch: pytest.MonkeyPatch) -> list[torch.dtype | str]:
+    """The cache dtype of each launch of `decode_kernel`, `WS` for one of the warp-specialized
+    kernel (which a bf16 launch without a config takes): a test asserts the kernel it tests
+    ran."""
+    return spy_gluon_kernel(monkeypatch, lambda kv_dtype, ws: WS if ws else kv_dtype)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
@@ -85,30 +90,30 @@ def test_causal_q4_packed_rows_and_masked_split(config: dict, gluon_launches) ->
 
 def test_folded_h128_planner_plan_and_head_groups(gluon_launches) -> None:
     case, plan, grouped = folded_h128_case()
-    check(case, plan, causal=True)  # the default launch
-    check(case, plan, causal=True, config={"SPLIT_GROUPS": 1})
-    check(case, grouped, causal=True)  # one plan for 64 heads, run for both head groups
-    assert len(gluon_launches) == 3, "the Gluon kernel did not take every launch"
+    check(case, plan, causal=True, config=_GLUON)
+    check(case, plan, causal=True, config=_GLUON | {"SPLIT_GROUPS": 1})
+    check(case, grouped, causal=True, config=_GLUON)  # a 64-head plan, run for both groups
+    assert gluon_launches == [torch.bfloat16] * 3, "the Gluon kernel did not take every launch"
 
 
 def test_kv_scale_in_memory_and_e4m3_p(gluon_launches) -> None:
     case, plan = kv_scale_case()
-    by_value = check(case, plan, causal=True)
-    in_memory = kv_scale_in_memory(case, plan)
+    by_value = check(case, plan, causal=True, config=_GLUON)
+    in_memory = kv_scale_in_memory(case, plan, config=_GLUON)
     assert torch.equal(in_memory, by_value), "a kv_scale tensor changed O"
-    rounded = check(case, plan, causal=True, fp8_p=True, p_rel_err=2.0**-3)
-    plain, _ = run(case, plan, fp8_p=False)
+    rounded = check(case, plan, causal=True, fp8_p=True, p_rel_err=2.0**-3, config=_GLUON)
+    plain, _ = run(case, plan, fp8_p=False, config=_GLUON)
     assert (rounded - plain).abs().max() > 1e-3, "fp8_p=True did not round P"
-    assert len(gluon_launches) == 4
+    assert gluon_launches == [torch.bfloat16] * 4
 
 
 def test_default_launch_is_gluon_and_triton_stays_selectable(gluon_launches) -> None:
     case = make_case([64, 20], q_len=1, num_heads=64, page_size=16, seed=25)
     plan = hand_plan(case, unfolded_tiles(case, {}), num_programs=2, heads_per_work=64)
     check(case, plan, causal=True)
-    assert len(gluon_launches) == 1, "the default 64-row bf16 launch is not the Gluon kernel"
+    assert gluon_launches == [WS], "the default 64-row bf16 launch is not the WS Gluon kernel"
     check(case, plan, causal=True, config={"GLUON": 0})
-    assert len(gluon_launches) == 1, "GLUON: 0 did not select the Triton kernel"
+    assert gluon_launches == [WS], "GLUON: 0 did not select the Triton kernel"
 
 
 # --------------------------------------------------------------------------------------------
@@ -192,7 +197,7 @@ def _kind_case(kind: str, kv_lens: list[int], **kwargs: object):
         case = fp8_case(kv_lens, **kwargs)
         tol = {"p_rel_err": E4M3_P_REL_ERR, "score_err": fp8_mma_score_err(case)}
         return case, {"config": FP8_CONFIGS[0], **tol}
-    return make_case(kv_lens, **kwargs), {}
+    return make_case(kv_lens, **kwargs), {"config": _GLUON}
 
 
 @pytest.mark.parametrize("kind", KINDS)

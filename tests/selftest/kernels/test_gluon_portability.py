@@ -139,14 +139,18 @@ class _Uncompilable:
 def test_a_launch_that_cannot_compile_the_gluon_decode_falls_back(monkeypatch) -> None:
     pytest.importorskip("triton.compiler.errors")
     monkeypatch.setattr(gluon_mla, "_disabled", [])
+    monkeypatch.setattr(gluon_mla, "_ws_disabled", [])
     monkeypatch.setattr(gluon_mla, "usable", lambda *args: not gluon_mla._disabled)
     monkeypatch.setattr(gluon_mla, "kernel", lambda *args, **kwargs: _Uncompilable())
     case = make_case([70, 20], q_len=1, num_heads=64, page_size=16, seed=31)
     plan = hand_plan(case, unfolded_tiles(case, {0: (2,)}), num_programs=2, heads_per_work=64)
+    gluon = {"GLUON": 1}  # the two-warpgroup Gluon decode (no config: the WS one first)
     with pytest.warns(UserWarning, match="the Gluon decode does not compile"):
-        check(case, plan, causal=True)  # the Triton kernel's output, checked
+        check(case, plan, causal=True, config=gluon)  # the Triton kernel's output, checked
     assert "stand-in" in (gluon_mla.disabled_reason() or "")
-    check(case, plan, causal=True)  # disabled now: no second attempt, no warning
+    check(case, plan, causal=True, config=gluon)  # disabled now: no second attempt, no warning
+    check(case, plan, causal=True)  # nor through the WS decode's fallback
+    assert not gluon_mla.ws_disabled_reason(), "the WS decode was tried with Gluon disabled"
 
 
 def test_a_ws_launch_that_cannot_compile_falls_back_to_the_gluon_decode(monkeypatch) -> None:

@@ -6,7 +6,7 @@ split and unsplit works, causal q_len 4 with packed rows and a masked split, fol
 head-group plans, planner-made plans, a kv_scale in memory, e4m3-rounded P), launched with
 ``WS: 1``; each test fails unless the warp-specialized kernel ran. Negative controls: its
 broken variants (read past the end, dropped kv_scale, an idle head group) are caught, and
-the default launch takes it only where the caller's ``max_seq_len`` makes programs short.
+the default launch takes it, a launch that names a config without ``WS`` does not.
 """
 
 from __future__ import annotations
@@ -87,15 +87,12 @@ def test_ws_kv_scale_in_memory_and_e4m3_p(ws_launches) -> None:
     assert ws_launches == [True] * 4
 
 
-def test_ws_is_chosen_by_the_programs_share_of_the_kv(ws_launches) -> None:
+def test_ws_is_chosen_where_the_launch_names_no_config(ws_launches) -> None:
     case = make_case([64, 20], q_len=1, num_heads=64, page_size=16, seed=25)
     plan = hand_plan(case, unfolded_tiles(case, {}), num_programs=2, heads_per_work=64)
-    check(case, plan, causal=True)  # no max_seq_len: not known, the Gluon decode
-    check(case, plan, causal=True, max_seq_len=64)  # 1 tile a program: short
-    # Over WS_MAX_TILES 64-token tiles a program (2 blocks over 2 programs): the Gluon decode.
-    check(case, plan, causal=True, max_seq_len=64 * (tm.WS_MAX_TILES + 1))
-    check(case, plan, causal=True, max_seq_len=64, config={"BLOCK_N": 64})  # a config: its own
-    assert ws_launches == [False, True, False, False], ws_launches
+    check(case, plan, causal=True)  # no config: the warp-specialized decode
+    check(case, plan, causal=True, config={"BLOCK_N": 64})  # a config: the Gluon decode
+    assert ws_launches == [True, False], ws_launches
 
 
 # Negative controls: the broken variants are caught on this kernel too.

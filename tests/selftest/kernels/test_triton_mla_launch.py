@@ -201,7 +201,7 @@ def test_reduce_gives_the_same_merge_under_every_config(monkeypatch: pytest.Monk
     assert_close_to_reference(out=out, lse=lse, ref_out=ref_out, ref_lse=ref_lse, v_max=v_max)
 
 
-def test_the_warp_specialized_decode_is_chosen_for_short_programs_only(
+def test_the_warp_specialized_decode_takes_64_bf16_rows_where_no_config_is_named(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The launch decision as on an sm_90 GPU (the Gluon decode usable); nothing is launched.
@@ -211,8 +211,6 @@ def test_the_warp_specialized_decode_is_chosen_for_short_programs_only(
     monkeypatch.setattr(gluon_mla, "usable", lambda *args, **kwargs: True)
     case = _case(KV_LENS, heads=128, q_len=1, seed=5)
     plan = _plan(case, heads=128, q_len=1, num_cus=3)
-    programs = plan.work_indptr.numel() - 1
-    blocks = len(KV_LENS) * 128 // 64  # 64-row blocks, each scanning up to max_seq_len
     defaults = {
         name: p.default
         for name, p in inspect.signature(tm.persistent_mla_decode).parameters.items()
@@ -225,12 +223,9 @@ def test_the_warp_specialized_decode_is_chosen_for_short_programs_only(
         launch = plan_launch(case["q"], cache, plan, **(call | kwargs))
         return launch.use_ws, launch.cfg["BLOCK_N"]
 
-    short = 64 * (tm.WS_MAX_TILES * programs // blocks)  # exactly WS_MAX_TILES a program
-    assert chosen(max_seq_len=short) == (True, tm.WS_CONFIG["BLOCK_N"])
-    assert chosen(max_seq_len=short + 64 * programs) == (False, 64), "a long program took WS"
-    assert chosen() == (False, 64), "WS chosen with max_seq_len not known"
-    assert chosen(max_seq_len=64, config={"STAGES": 3}) == (False, 64), "a config took WS"
+    assert chosen() == (True, tm.WS_CONFIG["BLOCK_N"])
+    assert chosen(config={"STAGES": 3}) == (False, 64), "a config without WS took WS"
     fp8 = case["kv_cache"].to(torch.float8_e4m3fn)
-    assert not chosen(fp8, max_seq_len=64, q_scale=1.0)[0], "an e4m3 cache took the bf16 WS"
+    assert not chosen(fp8, q_scale=1.0)[0], "an e4m3 cache took the bf16 WS"
     monkeypatch.setattr(gluon_mla, "_ws_disabled", ["it did not compile"])
-    assert chosen(max_seq_len=64) == (False, 64), "a disabled WS decode was chosen"
+    assert chosen() == (False, 64), "a disabled WS decode was chosen"
