@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{k[0]}-{k[1]}": {**v, **cs.LAUNCH_OPTIONS.get(k, {})}
         for k, v in tm.HOPPER_CONFIGS.items()
     }
-    payload["ws_config"] = tm.WS_CONFIG
+    payload["ws_configs"] = {"configs": tm.WS_CONFIGS, "by_default": list(tm.WS_BY_DEFAULT)}
     if args.ablate:
         payload["ablation"] = ablate(timer=timer, num_sms=num_sms)
     for case in cases:

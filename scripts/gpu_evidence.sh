@@ -28,7 +28,6 @@ status=0
 # The evidence folder: checked (passed tests, CUDA device, claims that agree) and fingerprinted.
 conformance_evidence cuda "$(new_run_dir evidence)" "$out" "$out/machine.json" || status=$?
 python3 -m pytest tests/selftest/kernels/test_triton_mla.py tests/selftest/kernels/test_gluon_mla.py \
-  tests/selftest/kernels/test_gluon_ws.py \
   --junitxml="$out/kernels.xml" \
   -p no:cacheprovider -q -rfEs || status=$?
 if [ "$bench" = 1 ]; then

@@ -25,7 +25,7 @@ status=0
 python3 -m pytest tests/selftest/kernels/test_gluon_portability.py -p no:cacheprovider -q -s \
   -rfEs >"$out/ws_compile.txt" 2>&1 || status=$?
 grep -E "setmaxnreg|Used [0-9]+ registers|spill|passed|failed" "$out/ws_compile.txt"
-python3 -m pytest tests/selftest/kernels/test_gluon_ws.py tests/selftest/kernels/test_gluon_mla.py \
+python3 -m pytest tests/selftest/kernels/test_gluon_mla.py \
   tests/selftest/kernels/test_triton_mla.py --junitxml="$out/gluon.xml" -p no:cacheprovider \
   -q -rfEs || status=$?
 if [ "$bench" = 1 ]; then

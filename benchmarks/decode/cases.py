@@ -86,6 +86,7 @@ _GLUON = {"GLUON": 1, "num_warps": 8}  # kernels/gluon_mla (kernels.triton_mla.H
 _N64_FP8 = {"BLOCK_N": 64, "STAGES": 3}  # the e4m3 Gluon kernel: 64-token tiles, 3 stages
 # The warp-specialized bf16 Gluon decode (kernels/gluon_mla/ws_kernel.py): 3 warpgroups of 4
 _WS = {"GLUON": 1, "WS": 1, "BLOCK_N": 32, "STAGES": 4, "num_warps": 4}
+_WS_FP8 = _WS | {"STAGES": 3}  # e4m3: its V widened beside each tile, three stages fit
 TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
     (16, "bf16"): [_N64, {"BLOCK_N": 32, "num_warps": 4, "num_stages": 4}],
     (16, "fp8"): [
@@ -94,6 +95,7 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _N64 | _PREFETCH | _TRITON | {"F16_TILE": 1},
         _GLUON | _N64_FP8,
         _GLUON | _N64_FP8 | {"STAGES": 2},
+        _WS_FP8,
     ],
     (32, "bf16"): [_N64, _N64 | {"BLOCK_N": 32, "num_stages": 4}],
     (32, "fp8"): [
@@ -101,6 +103,7 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _N64 | _PREFETCH | _TRITON,
         _GLUON | _N64_FP8,
         _GLUON | _N64_FP8 | {"STAGES": 2},
+        _WS_FP8,
     ],
     (64, "bf16"): [
         _N64_2 | _TRITON,
@@ -122,6 +125,10 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _GLUON | _N64_FP8 | {"STAGES": 2},
         _GLUON | _N64_FP8 | {"SPLIT_GROUPS": 1},
         _GLUON | _N64_FP8 | {"PLAN_HEADS": 64},
+        _WS_FP8,
+        _WS_FP8 | {"STAGES": 2},
+        _WS_FP8 | {"SPLIT_GROUPS": 1},
+        _WS_FP8 | {"PLAN_HEADS": 64},
     ],
 }
 # Launch options the harness applies itself (PLAN_HEADS), per config key, set by --tune.
@@ -138,7 +145,7 @@ TUNE_SHAPES: dict[tuple[int, str], list[Case]] = {
         Case(128, "bf16", 64, 32768, 1),  # long programs (496 tiles a program)
         Case(128, "bf16", 128, 2048, 1),  # 62 tiles a program
     ],
-    (64, "fp8"): [Case(128, "fp8", 128, 8192, 1)],
+    (64, "fp8"): [Case(128, "fp8", 128, 8192, 1), Case(128, "fp8", 32, 4096, 1)],
 }
 # Timing probes at 128 heads (ABLATE: 1 = no PV dot, 2 = no QK dot): where the time goes.
 ABLATION_SHAPES = [Case(128, "bf16", 128, 8192, 1), Case(128, "fp8", 128, 8192, 1)]

@@ -243,9 +243,10 @@ def markdown(payload: dict[str, Any]) -> str:
         "rows, e4m3 q and KV at up to 64): "
         + (", ".join(f"{k}: {v}" for k, v in payload.get("hopper_configs", {}).items()) or "none"),
         "",
-        "Warp-specialized Gluon decode, used instead at 64-bf16 (where `max_tiles_per_program` "
-        "is recorded, only where a program scans at most that many 64-token tiles): "
-        + str(payload.get("ws_config", "not recorded")),
+        "Warp-specialized Gluon decode, by KV kind (used instead at 64 rows of the kinds "
+        "`by_default`; in earlier results `ws_config`, for 64-bf16, where "
+        "`max_tiles_per_program` is recorded only on programs of at most that many tiles): "
+        + str(payload.get("ws_configs", payload.get("ws_config", "not recorded"))),
         "",
         "ours ÷ peer below 1.00: ours is faster (bold: slower). % of floor: the roofline floor "
         "÷ the time. WRONG: the output failed its check, so no ratio (reason below).",

@@ -1,7 +1,8 @@
 """The Hopper decode in Gluon (Triton's layout-explicit dialect): `decode_kernel` for bf16
-q and KV and for e4m3 (``float8_e4m3fn``) q and KV, `ws_kernel` a warp-specialized bf16 one
-(chosen where a launch names no config, `kernels.triton_mla.config.WS_CONFIG`, or by a config
-with ``WS: 1``) whose loader partition is `ws_loader`. `parts` holds the device functions
+q and KV and for e4m3 (``float8_e4m3fn``) q and KV, `ws_kernel` a warp-specialized one for
+both (chosen where a launch names no config at the kinds of
+`kernels.triton_mla.config.WS_BY_DEFAULT`, or by a config with ``WS: 1``) whose loader
+partition is `ws_loader`. `parts` holds the device functions
 they share (row packing, ``cp.async`` tiles, scores, softmax, the block's store).
 
 `usable` says whether a launch can take one of them: an sm_90 GPU, a Triton with Gluon's
@@ -78,9 +79,12 @@ def ws_disabled_reason() -> str | None:
 
 
 def ws_usable(q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
-    """Whether a launch the Gluon decode takes can take the warp-specialized one: bf16 q and
-    KV (its rows are those of `usable`: 64 packed), not disabled."""
-    return not _ws_disabled and q.dtype == kv_cache.dtype == torch.bfloat16
+    """Whether a launch the Gluon decode takes can take the warp-specialized one: bf16 or
+    e4m3 q and KV alike (its rows are those of `usable`: 64 packed, fewer e4m3 ones padded to
+    64), not disabled."""
+    if _ws_disabled or q.dtype != kv_cache.dtype:
+        return False
+    return q.dtype == torch.bfloat16 or is_e4m3(q.dtype)
 
 
 def is_e4m3(dtype: torch.dtype) -> bool:
@@ -90,8 +94,8 @@ def is_e4m3(dtype: torch.dtype) -> bool:
 
 def kernel(kv_dtype: torch.dtype = torch.bfloat16, ws: bool = False) -> Any:
     """The Gluon decode kernel for a cache of `kv_dtype` (imports Gluon): `decode_kernel`'s,
-    for bf16 and e4m3 alike (the cache's element type picks its operands when it compiles);
-    with `ws`, the warp-specialized bf16 one (`ws_kernel`)."""
+    or with `ws` the warp-specialized one (`ws_kernel`), each for bf16 and e4m3 alike (the
+    cache's element type picks its operands when it compiles)."""
     if ws:
         from kernels.gluon_mla.ws_kernel import gluon_mla_ws_decode_kernel
 

@@ -3,9 +3,10 @@ warpgroups that take turns scoring KV tiles, so one's softmax runs under the oth
 
 The same arguments and contract as `kernels.gluon_mla.decode_kernel` (the plan's work loop,
 row packing, paging, causal limits, partial and final rows), for 64 packed rows per block,
-bf16 q and bf16 KV, ``STAGES >= 2`` KV buffers of ``BLOCK_N`` tokens. Launched with 4 warps
-(consumer 0, the default partition) plus two worker partitions of 4 warps: consumer 1 and
-the loader; `setmaxnreg` gives each consumer thread 232 registers, a loader thread 40.
+bf16 q and KV or e4m3 q and KV, ``STAGES >= 2`` KV buffers of ``BLOCK_N`` tokens. Launched
+with 4 warps (consumer 0, the default partition) plus two worker partitions of 4 warps:
+consumer 1 and the loader; `setmaxnreg` gives each consumer thread 232 registers, a loader
+thread 40.
 
 - The loader copies Q (once per block) and the KV tiles (``cp.async``, one page lookup per
   token, any page size) into shared memory, and signals each landed tile on an mbarrier.
@@ -21,7 +22,13 @@ the loader; `setmaxnreg` gives each consumer thread 232 registers, a loader thre
 - Each consumer keeps the row sum of its own tiles; the two are added once at the end of a
   block (through shared memory) and each consumer stores its half of O (consumer 0 the LSE).
 
-Shared memory: Q 72 KiB, the KV stages (72 KiB each at 64 tokens, 36 KiB at 32), the
+e4m3: the scores run on fp8 ``wgmma`` straight from the stage (Q and K are K-major); V is
+not, so the loader widens each tile's latent block to fp16 into the stage's V buffer before
+it signals the tile (`kernels.gluon_mla.ws_loader`), and ``P V`` runs on fp16 ``wgmma`` with
+P (e4m3-rounded with `P_FP8`, exact in fp16) written over the stage's e4m3 latent block, which
+only the owner's scores read. A stage is 50 KiB at 32 tokens: three fit beside Q (36 KiB).
+
+bf16 shared memory: Q 72 KiB, the KV stages (72 KiB each at 64 tokens, 36 KiB at 32), the
 handed-over max and the row sums, the mbarriers (217.7 KiB at ``BLOCK_N`` 64 with two stages,
 at 32 with four). P has no buffer of its own: once the owner's ``S = Q Kᵀ`` of a tile is
 done, that tile's rope columns (``BLOCK_N x 64`` bf16, the bytes of a ``64 x BLOCK_N`` P)
@@ -56,27 +63,38 @@ LOADER_REGS = gl.constexpr(40)  # registers a loader thread
 @gluon.jit
 def _chunked_scores(q_lat, q_rope, lat_buf, rope_buf, S_L: gl.constexpr, BLOCK_N: gl.constexpr,
                     D_V: gl.constexpr):  # fmt: skip
-    """Issue ``S = Q Kᵀ`` (asynchronous), the latent block as a loop over its 64-column
-    chunks: each MMA's shared-memory descriptors are then built where it is issued (with the
-    36 k-steps unrolled, as `parts.issue_scores`, the compiler holds all their
-    descriptors across the kernel and spills). A 128-byte-swizzled ``[rows, 512]`` buffer is
-    8 ``[rows, 64]`` ones back to back, so the chunks reinterpret the same memory."""
-    Q_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, 64], gl.bfloat16)
-    K_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 64], gl.bfloat16)
-    q_chunks = q_lat._reinterpret(gl.bfloat16, [D_V // 64, BLOCK_M, 64], Q_SL)
-    k_chunks = lat_buf._reinterpret(gl.bfloat16, [D_V // 64, BLOCK_N, 64], K_SL)
+    """Issue ``S = Q Kᵀ`` (asynchronous), the latent block as a loop over its 128-byte
+    column chunks (64 bf16 or 128 e4m3 columns): each MMA's shared-memory descriptors are
+    then built where it is issued (with the k-steps unrolled, as `parts.issue_scores`, the
+    compiler holds all their descriptors across the kernel and spills). A 128-byte-swizzled
+    ``[rows, 512]`` buffer is ``[rows, 128 bytes]`` ones back to back, so the chunks
+    reinterpret the same memory."""
+    KV_T: gl.constexpr = lat_buf.dtype
+    CHUNK_COLS: gl.constexpr = 1024 // KV_T.primitive_bitwidth
+    Q_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, CHUNK_COLS], KV_T)
+    K_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK_COLS], KV_T)
+    q_chunks = q_lat._reinterpret(KV_T, [D_V // CHUNK_COLS, BLOCK_M, CHUNK_COLS], Q_SL)
+    k_chunks = lat_buf._reinterpret(KV_T, [D_V // CHUNK_COLS, BLOCK_N, CHUNK_COLS], K_SL)
     s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_L)
     s = warpgroup_mma(q_rope, rope_buf.permute((1, 0)), s, use_acc=False, is_async=True)
-    for c in range(D_V // 64):
+    for c in range(D_V // CHUNK_COLS):
         s = warpgroup_mma(q_chunks.index(c), k_chunks.index(c).permute((1, 0)), s, is_async=True)
     return s
 
 
 @gluon.jit
-def _p_tile(kv_rope, g, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Tile `g`'s P (``[BLOCK_M, BLOCK_N]`` bf16) in that tile's rope buffer."""
-    P_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.bfloat16)
-    return kv_rope.index(g % STAGES)._reinterpret(gl.bfloat16, [BLOCK_M, BLOCK_N], P_SL)
+def _p_tile(kv_lat, kv_rope, g, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Tile `g`'s P (``[BLOCK_M, BLOCK_N]``, V's element type) in a buffer of that tile's
+    stage the tile's owner is done with once its scores are: the rope block of a bf16 stage
+    (bf16 P), the latent block of an e4m3 one (fp16 P; V was widened into a buffer of its
+    own)."""
+    if kv_lat.dtype == gl.float8e4nv:
+        P16_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.float16)
+        p_buf = kv_lat.index(g % STAGES)._reinterpret(gl.float16, [BLOCK_M, BLOCK_N], P16_SL)
+    else:
+        P_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.bfloat16)
+        p_buf = kv_rope.index(g % STAGES)._reinterpret(gl.bfloat16, [BLOCK_M, BLOCK_N], P_SL)
+    return p_buf
 
 
 @gluon.jit
@@ -96,8 +114,9 @@ def _release(bar):
 
 @gluon.jit
 def _others_pv(
-    o, m_i, l_i, kv_rope, m_smem, kv_lat, p_ready, g, WG: gl.constexpr, STAGES: gl.constexpr,
-    BLOCK_N: gl.constexpr, HALF: gl.constexpr, S_ROW: gl.constexpr, O_ROW: gl.constexpr,
+    o, m_i, l_i, kv_lat, kv_rope, v_buf, m_smem, p_ready, g, WG: gl.constexpr,
+    STAGES: gl.constexpr, BLOCK_N: gl.constexpr, HALF: gl.constexpr, S_ROW: gl.constexpr,
+    O_ROW: gl.constexpr,
 ):  # fmt: skip
     """The other consumer's tile `g` (the program's) on this half: once it handed over P and
     the max through that tile, rescale O and ΣP to that max and issue ``P V`` (async)."""
@@ -105,8 +124,8 @@ def _others_pv(
     m_new = m_smem.load(S_ROW)
     alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
     o = o * gl.convert_layout(alpha, O_ROW)[:, None]
-    v_half = kv_lat.index(g % STAGES).slice(WG * HALF, HALF, dim=1)
-    p_buf = _p_tile(kv_rope, g, STAGES, BLOCK_N)
+    v_half = v_buf.index(g % STAGES).slice(WG * HALF, HALF, dim=1)
+    p_buf = _p_tile(kv_lat, kv_rope, g, STAGES, BLOCK_N)
     return warpgroup_mma(p_buf, v_half, o, is_async=True), m_new, l_i * alpha
 
 
@@ -123,7 +142,7 @@ def _consumer(
     tiles g with ``g % 2 == WG``), and its half of ``P V`` for every tile. `buffers` and
     `pointers` are the kernel's tuples of that name."""
     (
-        q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem, kv_ready, kv_free, q_ready, q_free,
+        q_lat, q_rope, kv_lat, kv_rope, v_buf, m_smem, l_smem, kv_ready, kv_free, q_ready, q_free,
         p_ready, l_ready,
     ) = buffers  # fmt: skip
     (
@@ -132,8 +151,9 @@ def _consumer(
         kv_scale_value, sm_scale_log2,
     ) = pointers  # fmt: skip
     HALF: gl.constexpr = D_V // 2
+    QK_K: gl.constexpr = 256 // kv_lat.dtype.primitive_bitwidth  # a wgmma k-step: 32 bytes
     S_L: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[PART_WARPS, 1], instr_shape=[16, BLOCK_N, 16]
+        version=[3, 0], warps_per_cta=[PART_WARPS, 1], instr_shape=[16, BLOCK_N, QK_K]
     )
     O_L: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[PART_WARPS, 1], instr_shape=[16, HALF, 16]
@@ -178,8 +198,8 @@ def _consumer(
                     s = _chunked_scores(q_lat, q_rope, kv_lat.index(stage), kv_rope.index(stage),
                                         S_L, BLOCK_N, D_V)  # fmt: skip
                     o, m_i, l_i = _others_pv(
-                        o_now, m_i, l_i, kv_rope, m_smem, kv_lat, p_ready, g + t - 1, WG, STAGES,
-                        BLOCK_N, HALF, S_ROW, O_ROW,
+                        o_now, m_i, l_i, kv_lat, kv_rope, v_buf, m_smem, p_ready, g + t - 1, WG,
+                        STAGES, BLOCK_N, HALF, S_ROW, O_ROW,
                     )  # fmt: skip
                     s_now = warpgroup_mma_wait(1, deps=(s,))
                 else:
@@ -196,13 +216,13 @@ def _consumer(
                 m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
                 alpha = gl.exp2(m_i - m_ref)
                 p = gl.exp2(scores - m_ref[:, None])
+                p_buf = _p_tile(kv_lat, kv_rope, g + t, STAGES, BLOCK_N)  # dead columns now
                 if P_FP8:
-                    p16 = p.to(gl.float8e4nv).to(gl.bfloat16)
+                    p16 = p.to(gl.float8e4nv).to(p_buf.dtype)
                 else:
-                    p16 = p.to(gl.bfloat16)
+                    p16 = p.to(p_buf.dtype)
                 l_i = l_i * alpha + gl.sum(p, axis=1)  # ΣP unrounded, as the Gluon decode
                 m_i = m_new
-                p_buf = _p_tile(kv_rope, g + t, STAGES, BLOCK_N)  # its rope columns: dead now
                 p_buf.store(p16)
                 m_smem.store(m_new)
                 fence_async_shared()
@@ -211,7 +231,7 @@ def _consumer(
                 if t > 0:
                     _release(kv_free.index((g + t - 1) % STAGES))
                 o_now = o_now * gl.convert_layout(alpha, O_ROW)[:, None]
-                v_half = kv_lat.index(stage).slice(WG * HALF, HALF, dim=1)
+                v_half = v_buf.index(stage).slice(WG * HALF, HALF, dim=1)
                 o = warpgroup_mma(p_buf, v_half, o_now, is_async=True)
             # The block's last tile: the other's (its P V here), or own (P V_last in flight).
             last = num_tiles - 1
@@ -221,8 +241,8 @@ def _consumer(
                     if last > 0:
                         _release(kv_free.index((g + last - 1) % STAGES))
                     o, m_i, l_i = _others_pv(
-                        o_now, m_i, l_i, kv_rope, m_smem, kv_lat, p_ready, g + last, WG, STAGES,
-                        BLOCK_N, HALF, S_ROW, O_ROW,
+                        o_now, m_i, l_i, kv_lat, kv_rope, v_buf, m_smem, p_ready, g + last, WG,
+                        STAGES, BLOCK_N, HALF, S_ROW, O_ROW,
                     )  # fmt: skip
                     o_now = warpgroup_mma_wait(0, deps=(o,))
                 _release(kv_free.index((g + last) % STAGES))
@@ -257,18 +277,28 @@ def gluon_mla_ws_decode_kernel(
 ):  # fmt: skip
     gl.static_assert(STAGES >= 2, "the warp-specialized decode needs two KV stages or more")
     gl.static_assert(gl.num_warps() == PART_WARPS, "launch it with num_warps=4")
-    Q_LAT_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_V], gl.bfloat16)
-    Q_ROPE_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_R], gl.bfloat16)
-    KV_LAT_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], gl.bfloat16)
-    KV_ROPE_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_R], gl.bfloat16)
-    gl.static_assert(BLOCK_M * BLOCK_N == BLOCK_N * D_R, "P takes a tile's rope buffer")
+    KV_T: gl.constexpr = kv_ptr.dtype.element_ty  # q's too (`kernels.gluon_mla.ws_usable`)
+    Q_LAT_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_V], KV_T)
+    Q_ROPE_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_R], KV_T)
+    KV_LAT_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], KV_T)
+    KV_ROPE_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_R], KV_T)
     FLAT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])  # rows of floats
     BAR: gl.constexpr = mbarrier.MBarrierLayout()
 
-    q_lat = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, D_V], Q_LAT_SL)
-    q_rope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, D_R], Q_ROPE_SL)
-    kv_lat = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, D_V], KV_LAT_SL)
-    kv_rope = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, D_R], KV_ROPE_SL)
+    q_lat = gl.allocate_shared_memory(KV_T, [BLOCK_M, D_V], Q_LAT_SL)
+    q_rope = gl.allocate_shared_memory(KV_T, [BLOCK_M, D_R], Q_ROPE_SL)
+    kv_lat = gl.allocate_shared_memory(KV_T, [STAGES, BLOCK_N, D_V], KV_LAT_SL)
+    kv_rope = gl.allocate_shared_memory(KV_T, [STAGES, BLOCK_N, D_R], KV_ROPE_SL)
+    if KV_T == gl.float8e4nv:
+        # V widened to fp16 by the loader (e4m3 and e4m3-rounded P are exact in it); P in the
+        # latent block of its stage once the owner scored it.
+        V_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], gl.float16)
+        v_buf = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_N, D_V], V_SL)
+        ready_count: gl.constexpr = 1  # the loader's one arrival once it widened the tile
+    else:
+        gl.static_assert(BLOCK_M * BLOCK_N == BLOCK_N * D_R, "P takes a tile's rope buffer")
+        v_buf = kv_lat  # V is the latent block as it is
+        ready_count: gl.constexpr = LOADER_THREADS  # each loader thread's copies landed
     m_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M], FLAT)
     l_smem = gl.allocate_shared_memory(gl.float32, [4, BLOCK_M], FLAT)  # [2 block parity + WG]
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], BAR)
@@ -278,7 +308,7 @@ def gluon_mla_ws_decode_kernel(
     q_ready = gl.allocate_shared_memory(gl.int64, [1], BAR)
     q_free = gl.allocate_shared_memory(gl.int64, [1], BAR)
     for i in gl.static_range(STAGES):
-        mbarrier.init(kv_ready.index(i), count=LOADER_THREADS)  # each thread's copies landed
+        mbarrier.init(kv_ready.index(i), count=ready_count)
         mbarrier.init(kv_free.index(i), count=2)  # both consumers
     for i in gl.static_range(2):
         mbarrier.init(p_ready.index(i), count=1)
@@ -294,7 +324,7 @@ def gluon_mla_ws_decode_kernel(
     # constexprs are written out in each call: a tuple held in a variable would turn its
     # constexprs into tensors (and Triton makes an integer argument of 1 a constexpr).
     buffers = (
-        q_lat, q_rope, kv_lat, kv_rope, m_smem, l_smem, kv_ready, kv_free, q_ready, q_free,
+        q_lat, q_rope, kv_lat, kv_rope, v_buf, m_smem, l_smem, kv_ready, kv_free, q_ready, q_free,
         p_ready, l_ready,
     )  # fmt: skip
     pointers = (
@@ -317,7 +347,7 @@ def gluon_mla_ws_decode_kernel(
                 SCALES_IN_MEMORY, GROUP_MODE, FAULT,
             )),
             (loader, (
-                q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free, q_ptr,
+                q_lat, q_rope, kv_lat, kv_rope, v_buf, kv_ready, kv_free, q_ready, q_free, q_ptr,
                 kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
                 kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head,
                 stride_kv_block, stride_kv_slot, heads_per_work, fold_ratio, seq_q, PAGE_SIZE,

@@ -1,12 +1,19 @@
 """The loader partition of the warp-specialized decode (`kernels.gluon_mla.ws_kernel`): Q
 and the KV tiles into shared memory with ``cp.async``, each tile signalled on an mbarrier
-once it landed; and the stage arithmetic it shares with the consumers (`tile_stage`).
+once it is ready; and the stage arithmetic it shares with the consumers (`tile_stage`).
 
-The loader never waits for its own copies: each thread's ``cp.async.mbarrier.arrive``
+A bf16 loader never waits for its own copies: each thread's ``cp.async.mbarrier.arrive``
 (``noinc``) fires once that thread's copies landed, so `kv_ready` and `q_ready` count
 `LOADER_THREADS` arrivals, and up to ``STAGES`` tiles are in flight. The copies land through
 the generic proxy; a consumer fences (``fence.proxy.async``) after its wait, before its
 ``wgmma`` reads them.
+
+An e4m3 loader also widens each tile's V (its latent block) to fp16 in the stage's V buffer,
+since Hopper's fp8 ``wgmma`` takes no V (it is not K-major): it issues tile j's copies, waits
+for tile j - 1's (``wait_group``), widens that tile and signals it with one arrival, so the
+copies of one tile run under the widening of the one before. With two stages, tile j's
+stage is released only once tile j - 1 was scored, so there it widens and signals each tile
+before it copies the next. Q is signalled as for bf16.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     async_copy,
+    fence_async_shared,
     mbarrier,
 )
 
@@ -23,14 +31,15 @@ from kernels.gluon_mla.parts import (
     block_bounds,
     block_rows,
     cp_async,
+    cta_barrier,
     issue_tile,
     slot_offsets,
 )
 from kernels.plan_slice import program_slice, work_span
 
-CHUNK = gl.constexpr(16)  # rows a loader pass copies (16 x 576 bf16: 9 vectors a thread)
 LOADER_WARPS = gl.constexpr(4)  # one warpgroup
-LOADER_THREADS = gl.constexpr(LOADER_WARPS.value * 32)  # arrivals on a tile's or Q's mbarrier
+LOADER_THREADS = gl.constexpr(LOADER_WARPS.value * 32)  # arrivals on a bf16 tile's or Q's mbarrier
+WIDEN_ROWS = gl.constexpr(8)  # rows of an e4m3 tile widened a pass (one 128-byte swizzle period)
 
 
 @gluon.jit
@@ -40,16 +49,51 @@ def tile_stage(g, STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _widen_v(lat_buf, v_buf, BLOCK_N: gl.constexpr, D_V: gl.constexpr):
+    """The latent block of an e4m3 stage (``[BLOCK_N, D_V]``) into `v_buf` in fp16 (exact),
+    `WIDEN_ROWS` rows a pass (32 values a thread); then fenced for the consumers' ``wgmma``."""
+    WIDEN: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [LOADER_WARPS, 1], [1, 0])
+    for r in gl.static_range(BLOCK_N // WIDEN_ROWS):
+        rows = lat_buf.slice(r * WIDEN_ROWS, WIDEN_ROWS).load(WIDEN)
+        v_buf.slice(r * WIDEN_ROWS, WIDEN_ROWS).store(rows.to(gl.float16))
+    fence_async_shared()
+
+
+@gluon.jit
+def _signal_widened(kv_lat, v_buf, kv_ready, g, PENDING: gl.constexpr, STAGES: gl.constexpr,
+                    BLOCK_N: gl.constexpr, D_V: gl.constexpr):  # fmt: skip
+    """Once all but the last `PENDING` copy groups landed, widen the program's tile `g` and
+    signal it (one arrival, after every loader thread)."""
+    async_copy.wait_group(PENDING)
+    cta_barrier()  # every loader thread's copies of tile g landed
+    stage = g % STAGES
+    _widen_v(kv_lat.index(stage), v_buf.index(stage), BLOCK_N, D_V)
+    cta_barrier()
+    mbarrier.arrive(kv_ready.index(stage))
+
+
+@gluon.jit
 def loader(
-    q_lat, q_rope, kv_lat, kv_rope, kv_ready, kv_free, q_ready, q_free,
+    q_lat, q_rope, kv_lat, kv_rope, v_buf, kv_ready, kv_free, q_ready, q_free,
     q_ptr, kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
     kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head, stride_kv_block,
     stride_kv_slot, heads_per_work, fold_ratio, seq_q,
     PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
     D_V: gl.constexpr, D_R: gl.constexpr, GROUP_MODE: gl.constexpr, FAULT: gl.constexpr,
 ):  # fmt: skip
-    """The loader partition: Q per block, then every KV tile into the next stage."""
-    LOAD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [LOADER_WARPS, 1], [1, 0])
+    """The loader partition: Q per block, then every KV tile into the next stage (e4m3: its V
+    widened too)."""
+    E4M3: gl.constexpr = kv_lat.dtype == gl.float8e4nv
+    if E4M3:
+        # 16 e4m3 values a cp.async vector, 8 rows x 64 columns a warp; 32 rows a pass.
+        LOAD: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [LOADER_WARPS, 1], [1, 0])
+        CHUNK: gl.constexpr = 32
+        LAG: gl.constexpr = 1 if STAGES > 2 else 0  # tiles copied ahead of the widening
+    else:
+        # 8 bf16 values a vector, 4 rows x 64 columns a warp; 16 rows a pass (9 vectors a thread).
+        LOAD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [LOADER_WARPS, 1], [1, 0])
+        CHUNK: gl.constexpr = 16
+    gl.static_assert(BLOCK_N % CHUNK == 0, "a KV tile is whole loader passes")
     LOAD_ROW: gl.constexpr = gl.SliceLayout(1, LOAD)
     cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
     cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
@@ -95,10 +139,19 @@ def loader(
                     )  # fmt: skip
                     issue_tile(
                         kv_ptr, slot, ok, kv_lat.index(stage).slice(r * CHUNK, CHUNK),
-                        kv_rope.index(stage).slice(r * CHUNK, CHUNK), D_V, D_R, LOAD, False,
+                        kv_rope.index(stage).slice(r * CHUNK, CHUNK), D_V, D_R, LOAD, E4M3,
                     )  # fmt: skip
-                # Each thread's arrival fires once its copies landed: the loader goes on to the
-                # next free stage at once, up to STAGES tiles in flight.
-                async_copy.mbarrier_arrive(kv_ready.index(stage), increment_count=False)
+                if E4M3:
+                    if j >= LAG:
+                        _signal_widened(kv_lat, v_buf, kv_ready, g + j - LAG, LAG, STAGES,
+                                        BLOCK_N, D_V)  # fmt: skip
+                else:
+                    # Each thread's arrival fires once its copies landed: the loader goes on to
+                    # the next free stage at once, up to STAGES tiles in flight.
+                    async_copy.mbarrier_arrive(kv_ready.index(stage), increment_count=False)
+            if E4M3:
+                if LAG > 0 and num_tiles > 0:
+                    _signal_widened(kv_lat, v_buf, kv_ready, g + num_tiles - 1, 0, STAGES,
+                                    BLOCK_N, D_V)  # fmt: skip
             g += num_tiles
             blk += 1

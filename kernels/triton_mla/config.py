@@ -62,13 +62,20 @@ HOPPER_CONFIGS: dict[tuple[int, str], dict[str, int]] = {
     (64, "fp8"): {"BLOCK_N": 64, "STAGES": 3, "num_warps": 8},
 }
 
-# The warp-specialized bf16 decode (kernels/gluon_mla/ws_kernel.py) replaces the 64-row bf16
-# entry above wherever a launch leaves the choice open (no `config`). Measured on an H100
-# (Triton 3.6, benchmarks/results/2026-12-06-h100-ws-loader.md), once its loader kept up to
-# STAGES tiles in flight: 6 % faster at 31 64-token tiles a program, 1.6 % at 248 and 496
-# (2.1 % and 2.4 % in a second run the same day). Before that change it lost at 248 and 496
+# The warp-specialized decode (kernels/gluon_mla/ws_kernel.py) by KV kind: a launch with
+# ``WS: 1`` takes what its config leaves out from here. e4m3 fits three stages of 32 tokens
+# (each holds its V widened to fp16 beside the e4m3 tile); bf16 four.
+WS_CONFIGS: dict[str, dict[str, int]] = {
+    "bf16": {"WS": 1, "BLOCK_N": 32, "STAGES": 4, "num_warps": 4},
+    "fp8": {"WS": 1, "BLOCK_N": 32, "STAGES": 3, "num_warps": 4},
+}
+# The kinds whose 64-row launches take it wherever a launch leaves the choice open (no
+# `config`), over their HOPPER_CONFIGS entry. bf16, measured on an H100 (Triton 3.6,
+# benchmarks/results/2026-12-06-h100-ws-loader.md), once its loader kept up to STAGES tiles in
+# flight: 6 % faster at 31 64-token tiles a program, 1.6 % at 248 and 496 (2.1 % and 2.4 % in
+# a second run the same day). Before that change it lost at 248 and 496
 # (benchmarks/results/2026-12-02-h200-ws.md) and was taken on short programs only.
-WS_CONFIG: dict[str, int] = {"WS": 1, "BLOCK_N": 32, "STAGES": 4, "num_warps": 4}
+WS_BY_DEFAULT: tuple[str, ...] = ("bf16",)
 
 # Reduce configurations: partials merged per step (BLOCK_K) and heads per program (BLOCK_H).
 # On a GPU one head per program and 16 partials per step (a 32 KiB load); under the
@@ -111,11 +118,12 @@ def select_decode_config(
 ) -> dict[str, int]:
     """The decode tile configuration (BLOCK_M, BLOCK_N, num_warps, num_stages) for a case;
     with `hopper`, the Gluon kernel's (``GLUON: 1``, BLOCK_N, STAGES) where it has one, and
-    with `warp_specialized` too the warp-specialized one's (`WS_CONFIG`) at 64 bf16 rows."""
+    with `warp_specialized` too the warp-specialized one's (`WS_CONFIGS`) at 64 rows of a
+    kind in `WS_BY_DEFAULT`."""
     block_m = select_block_m(plan)
     key = (block_m, kv_kind(kv_dtype))
-    if hopper and warp_specialized and key == (64, "bf16"):
-        return {"BLOCK_M": block_m, "GLUON": 1, **WS_CONFIG}
+    if hopper and warp_specialized and block_m == MAX_BLOCK_M and key[1] in WS_BY_DEFAULT:
+        return {"BLOCK_M": block_m, "GLUON": 1, **WS_CONFIGS[key[1]]}
     if hopper and key in HOPPER_CONFIGS:
         return {"BLOCK_M": block_m, "GLUON": 1, **HOPPER_CONFIGS[key]}
     return {"BLOCK_M": block_m, **DECODE_CONFIGS[key]}

@@ -31,7 +31,9 @@ from kernels.triton_mla.config import (
     LOG2E,
     MMA_V3_MIN_ROWS,
     ROPE_DIM,
+    WS_CONFIGS,
     check_fault,
+    kv_kind,
     plan_on,
     select_block_m,
     select_decode_config,
@@ -246,8 +248,10 @@ def plan_launch(
         cfg.update(config)
     use_gluon = bool(cfg.pop("GLUON", 0)) and hopper
     use_ws = bool(cfg.pop("WS", 0)) and use_gluon and gluon_mla.ws_usable(q, kv_cache)
-    if use_ws:
-        cfg["num_warps"] = 4  # its partitions' shape: 3 warpgroups of 4 warps
+    if use_ws:  # what the config leaves out from the WS kind's; 3 warpgroups of 4 warps
+        ws_cfg = WS_CONFIGS[kv_kind(kv_cache.dtype)]
+        cfg |= {k: v for k, v in ws_cfg.items() if k != "WS" and k not in (config or {})}
+        cfg["num_warps"] = 4
     split_groups = bool(cfg.pop("SPLIT_GROUPS", False)) and plan.fold_ratio > 1
     if head_groups > 1:
         group_mode, groups = 2, head_groups

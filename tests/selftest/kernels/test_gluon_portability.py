@@ -41,7 +41,7 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from kernels.gluon_mla import kernel as gluon_kernel
 
-fp8, ws = sys.argv[2] == "fp8", sys.argv[2] == "ws"
+fp8, ws = sys.argv[2].endswith("fp8"), sys.argv[2].startswith("ws")
 kernel = gluon_kernel(getattr(torch, "float8_e4m3fn") if fp8 else torch.bfloat16, ws=ws)
 constexprs = json.loads(sys.argv[1])
 types, attrs = {}, {}
@@ -86,7 +86,15 @@ print(json.dumps({
 )
 @pytest.mark.parametrize(
     ("kind", "block_n", "stages"),
-    [("bf16", 64, 2), ("bf16", 32, 3), ("fp8", 64, 3), ("ws", 32, 4), ("ws", 64, 2)],
+    [
+        ("bf16", 64, 2),
+        ("bf16", 32, 3),
+        ("fp8", 64, 3),
+        ("ws", 32, 4),
+        ("ws", 64, 2),
+        ("ws-fp8", 32, 3),
+        ("ws-fp8", 32, 2),
+    ],
 )
 def test_the_gluon_decode_compiles_for_sm90_with_this_triton(
     kind: str, block_n: int, stages: int, tmp_path: Path
@@ -94,7 +102,8 @@ def test_the_gluon_decode_compiles_for_sm90_with_this_triton(
     pytest.importorskip(HOPPER_MODULE, reason="this Triton has no Gluon Hopper module")
     constexprs = {
         "PAGE_SIZE": 64, "CAUSAL": True, "BLOCK_N": block_n, "STAGES": stages, "D_V": 512,
-        "D_R": 64, "P_FP8": kind == "fp8", "SCALES_IN_MEMORY": False, "GROUP_MODE": 2, "FAULT": 0,
+        "D_R": 64, "P_FP8": kind.endswith("fp8"), "SCALES_IN_MEMORY": False, "GROUP_MODE": 2,
+        "FAULT": 0,
     }  # fmt: skip
     # A process of its own: this one may have decorated the Triton kernels for the
     # interpreter (triton_cases.py sets TRITON_INTERPRET=1 without a GPU), and a cache of its
@@ -114,7 +123,7 @@ def test_the_gluon_decode_compiles_for_sm90_with_this_triton(
     assert facts["wgmma"] > 0 and facts["cp_async"] > 0, facts
     assert facts["shared"] <= 232448, f"more shared memory than an sm_90 block has: {facts}"
     assert facts["cubin"], "ptxas did not make a cubin"
-    if kind == "ws":
+    if kind.startswith("ws"):
         # Three warpgroups (consumer 0, consumer 1, the loader), registers moved between them
         # (setmaxnreg), tiles handed over on mbarriers.
         assert facts["warps"] == 12 and facts["mbarrier_wait"] > 0, facts

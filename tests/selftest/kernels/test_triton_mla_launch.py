@@ -223,7 +223,7 @@ def test_the_warp_specialized_decode_takes_64_bf16_rows_where_no_config_is_named
         launch = plan_launch(case["q"], cache, plan, **(call | kwargs))
         return launch.use_ws, launch.cfg["BLOCK_N"]
 
-    assert chosen() == (True, tm.WS_CONFIG["BLOCK_N"])
+    assert chosen() == (True, tm.WS_CONFIGS["bf16"]["BLOCK_N"])
     assert chosen(config={"STAGES": 3}) == (False, 64), "a config without WS took WS"
     fp8 = case["kv_cache"].to(torch.float8_e4m3fn)
     assert not chosen(fp8, q_scale=1.0)[0], "an e4m3 cache took the bf16 WS"

@@ -151,6 +151,22 @@ def reference(case: MlaCase, *, causal: bool) -> tuple[torch.Tensor, torch.Tenso
     return out, lse
 
 
+E4M3_P_REL_ERR = 2.0**-3  # P rounded to e4m3 (AITER's fp8-q rule): one e4m3 ulp
+
+
+def fp8_case(kv_lens: list[int], **kwargs: object) -> MlaCase:
+    """`make_case` with e4m3 q and KV and non-unit scales (the fp8 Gluon kernels' inputs)."""
+    e4m3 = {"kv_dtype": FP8, "kv_scale": 0.5, "q_dtype": FP8, "q_scale": 0.25}
+    return make_case(kv_lens, **(e4m3 | kwargs))
+
+
+def check_fp8(case: MlaCase, plan: WorkPlan, *, fp8_p: bool = True, **kwargs: object):
+    """`check` of an e4m3 case: P's rounding (e4m3 by default) and the fp8 QK MMA's error."""
+    p_rel_err = E4M3_P_REL_ERR if fp8_p else BF16_REL_ERR
+    return check(case, plan, fp8_p=fp8_p, p_rel_err=p_rel_err,
+                 score_err=fp8_mma_score_err(case), **kwargs)  # fmt: skip
+
+
 def fp8_mma_score_err(case: MlaCase) -> float:
     """Bound of the score error of an fp8 tensor-core ``Q Kᵀ`` on `case` (natural-log units).
 
@@ -233,13 +249,14 @@ def hand_plan(
 
 
 def run(case: MlaCase, plan: WorkPlan, *, causal: bool = True, **kwargs: object):
-    """Launch into NaN-prefilled outputs (so unwritten rows show) and return them on the CPU."""
+    """Launch into NaN-prefilled outputs (so unwritten rows show) and return them on the CPU;
+    `kwargs` add to or override the case's launch arguments."""
     tokens, heads, _ = case.q.shape
     out = torch.full((tokens, heads, 512), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     lse = torch.full((tokens, heads), float("nan"), dtype=torch.float32, device=DEVICE)
     tm.persistent_mla_decode(
         case.q, case.kv_cache, plan, causal=causal, out=out, lse=lse,
-        **case.launch_kwargs(), **kwargs,
+        **(case.launch_kwargs() | kwargs),
     )  # fmt: skip
     return out.double().cpu(), lse.double().cpu()
 
@@ -330,8 +347,8 @@ def planned(case: MlaCase, *, arch: str, num_cus: int, causal: bool = True) -> W
     )  # fmt: skip
 
 
-# The Gluon (Hopper) decodes' selftests (test_gluon_mla.py, test_gluon_ws.py): where they
-# run, which kernel each launch took, and the cases both kinds of bf16 kernel are tested on.
+# The Gluon (Hopper) decodes' selftests (test_gluon_mla.py): where they run, and which kernel
+# each launch took.
 
 T = TypeVar("T")
 ON_HOPPER = ON_GPU and torch.version.hip is None and torch.cuda.get_device_capability()[0] == 9
@@ -365,45 +382,3 @@ def spy_gluon_kernel(
 
     monkeypatch.setattr(gluon_mla, "kernel", spy)
     return calls
-
-
-def h64_split_case(page_size: int) -> tuple[MlaCase, WorkPlan]:
-    """64 heads, four requests, two of them split (one at two cuts), five programs."""
-    case = make_case([150, 37, 300, 5], q_len=1, num_heads=64, page_size=page_size, seed=21)
-    cut = max(1, 96 // page_size)
-    tiles = unfolded_tiles(case, {0: (cut,), 2: (cut, 2 * cut)})
-    return case, hand_plan(case, tiles, num_programs=5, heads_per_work=64)
-
-
-def causal_q4_case() -> tuple[MlaCase, WorkPlan]:
-    """4 q tokens x 16 heads = 64 packed rows; b1's split leaves q row 0 one token short of its
-    last fragment (an all -inf partial); b3 has 2 tokens, so rows of q 0 and 1 see nothing."""
-    case = make_case([70, 17, 45, 2], q_len=4, num_heads=16, page_size=16, seed=22)
-    plan = hand_plan(case, unfolded_tiles(case, {0: (2,), 1: (1,)}), num_programs=3,
-                     heads_per_work=16)  # fmt: skip
-    return case, plan
-
-
-def folded_h128_case() -> tuple[MlaCase, WorkPlan, WorkPlan]:
-    """128 heads: the planner's folded plan (2 x 64 heads) and a 64-head plan run for both
-    head groups."""
-    case = make_case([200, 31, 90], q_len=1, num_heads=128, page_size=16, seed=23)
-    plan = planned(case, arch="triton", num_cus=4)
-    assert plan.fold_ratio == 2 and plan.num_partials > 0
-    grouped = hand_plan(case, unfolded_tiles(case, {0: (3,)}), num_programs=2, heads_per_work=64)
-    return case, plan, grouped
-
-
-def kv_scale_case() -> tuple[MlaCase, WorkPlan]:
-    """64 heads, a kv_scale of 0.5, one request split."""
-    case = make_case([80, 33], q_len=1, num_heads=64, page_size=64, seed=24, kv_scale=0.5)
-    plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=64)
-    return case, plan
-
-
-def kv_scale_in_memory(case: MlaCase, plan: WorkPlan, **kwargs: object) -> torch.Tensor:
-    """The output with kv_scale given as a one-element tensor (read on the device)."""
-    scale = torch.tensor([case.kv_scale], device=case.q.device)
-    launch = case.launch_kwargs() | {"kv_scale": scale}
-    out, _ = tm.persistent_mla_decode(case.q, case.kv_cache, plan, causal=True, **launch, **kwargs)
-    return out.double().cpu()
