@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-KERNEL_DIR = ROOT / "kernels" / "triton_mla"
+KERNEL_DIR = ROOT / "kernels"
 # (record key, column title), in table order; ours is "triton".
 COLUMNS = (
     ("flashmla", "FlashMLA"),
@@ -45,10 +45,13 @@ def pct(value: float | None) -> str:
 
 
 def kernel_digest() -> str:
-    """sha256 (16 hex digits) of the Triton kernel package's sources, in name order."""
+    """sha256 (16 hex digits) of every kernel source (``kernels/**/*.py``: the Triton and
+    Gluon decodes, the planner, their shared parts), by path in path order: what was timed,
+    whether or not the tree's git metadata came along."""
     digest = hashlib.sha256()
-    for path in sorted(KERNEL_DIR.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in sorted(KERNEL_DIR.rglob("*.py")):
+        name = path.relative_to(KERNEL_DIR).as_posix()
+        digest.update(name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -160,3 +160,17 @@ def test_markdown_names_cases_whose_ours_ran_over_another_plan() -> None:
         "over the backend's plan (all heads, folded): 300.0 µs" in text
     )
     assert "Plans other than" not in report.markdown(_payload())
+
+
+def test_the_kernel_digest_covers_every_kernel_source(tmp_path: Any, monkeypatch) -> None:
+    # A Gluon kernel edited, a shared part added: what was timed is told apart either way.
+    (tmp_path / "gluon_mla").mkdir()
+    (tmp_path / "triton_mla").mkdir()
+    (tmp_path / "triton_mla" / "launch.py").write_text("a = 1\n")
+    (tmp_path / "gluon_mla" / "ws_kernel.py").write_text("b = 1\n")
+    monkeypatch.setattr(report, "KERNEL_DIR", tmp_path)
+    before = report.kernel_digest()
+    (tmp_path / "gluon_mla" / "ws_kernel.py").write_text("b = 2\n")
+    edited = report.kernel_digest()
+    (tmp_path / "plan_slice.py").write_text("c = 1\n")
+    assert len({before, edited, report.kernel_digest()}) == 3
