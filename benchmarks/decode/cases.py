@@ -86,7 +86,7 @@ _GLUON = {"GLUON": 1, "num_warps": 8}  # kernels/gluon_mla (kernels.triton_mla.H
 _N64_FP8 = {"BLOCK_N": 64, "STAGES": 3}  # the e4m3 Gluon kernel: 64-token tiles, 3 stages
 # The warp-specialized bf16 Gluon decode (kernels/gluon_mla/ws_kernel.py): 3 warpgroups of 4
 _WS = {"GLUON": 1, "WS": 1, "BLOCK_N": 32, "STAGES": 4, "num_warps": 4}
-_WS_FP8 = _WS | {"STAGES": 3}  # e4m3: its V widened beside each tile, three stages fit
+_WS_FP8 = _WS | {"STAGES": 6}  # e4m3: six e4m3 stages fit beside two of fp16 V
 TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
     (16, "bf16"): [_N64, {"BLOCK_N": 32, "num_warps": 4, "num_stages": 4}],
     (16, "fp8"): [
@@ -126,7 +126,8 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _GLUON | _N64_FP8 | {"SPLIT_GROUPS": 1},
         _GLUON | _N64_FP8 | {"PLAN_HEADS": 64},
         _WS_FP8,
-        _WS_FP8 | {"STAGES": 2},
+        _WS_FP8 | {"STAGES": 4},
+        _WS_FP8 | {"STAGES": 3},
         _WS_FP8 | {"SPLIT_GROUPS": 1},
         _WS_FP8 | {"PLAN_HEADS": 64},
     ],

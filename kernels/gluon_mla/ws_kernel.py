@@ -23,10 +23,12 @@ thread 40.
   block (through shared memory) and each consumer stores its half of O (consumer 0 the LSE).
 
 e4m3: the scores run on fp8 ``wgmma`` straight from the stage (Q and K are K-major); V is
-not, so the loader widens each tile's latent block to fp16 into the stage's V buffer before
-it signals the tile (`kernels.gluon_mla.ws_loader`), and ``P V`` runs on fp16 ``wgmma`` with
-P (e4m3-rounded with `P_FP8`, exact in fp16) written over the stage's e4m3 latent block, which
-only the owner's scores read. A stage is 50 KiB at 32 tokens: three fit beside Q (36 KiB).
+not, so the loader widens each tile's latent block to fp16 into a ring of two V buffers of
+its own before it signals the tile (`kernels.gluon_mla.ws_loader`), and ``P V`` runs on fp16
+``wgmma`` with P (e4m3-rounded with `P_FP8`, exact in fp16) in a P buffer beside each V. The
+tiles are handed over (`kv_ready`, `kv_free`) through that ring; an e4m3 stage, read by its
+owner's scores alone, is freed as soon as they are done (`k_free`), so six stages of 32
+tokens (18 KiB each) stream ahead beside the two V buffers (36 KiB each with P) and Q.
 
 bf16 shared memory: Q 72 KiB, the KV stages (72 KiB each at 64 tokens, 36 KiB at 32), the
 handed-over max and the row sums, the mbarriers (217.7 KiB at ``BLOCK_N`` 64 with two stages,
@@ -52,7 +54,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from kernels.gluon_mla.parts import BLOCK_M, block_bounds, cta_barrier, store_block
-from kernels.gluon_mla.ws_loader import LOADER_THREADS, LOADER_WARPS, loader, tile_stage
+from kernels.gluon_mla.ws_loader import (
+    LOADER_THREADS,
+    LOADER_WARPS,
+    V_STAGES,
+    loader,
+    tile_stage,
+)
 from kernels.plan_slice import program_slice, work_span
 
 PART_WARPS = gl.constexpr(4)  # warps of each consumer partition (one warpgroup)
@@ -83,17 +91,15 @@ def _chunked_scores(q_lat, q_rope, lat_buf, rope_buf, S_L: gl.constexpr, BLOCK_N
 
 
 @gluon.jit
-def _p_tile(kv_lat, kv_rope, g, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Tile `g`'s P (``[BLOCK_M, BLOCK_N]``, V's element type) in a buffer of that tile's
-    stage the tile's owner is done with once its scores are: the rope block of a bf16 stage
-    (bf16 P), the latent block of an e4m3 one (fp16 P; V was widened into a buffer of its
-    own)."""
-    if kv_lat.dtype == gl.float8e4nv:
-        P16_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.float16)
-        p_buf = kv_lat.index(g % STAGES)._reinterpret(gl.float16, [BLOCK_M, BLOCK_N], P16_SL)
-    else:
+def _p_tile(p_ring, g, R: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Tile `g`'s P (``[BLOCK_M, BLOCK_N]``, V's element type) in `p_ring` (`R` slots): the
+    rope blocks of the bf16 stages, dead once the tile's owner scored it (bf16 P), or the
+    e4m3 decode's own fp16 P buffers."""
+    if p_ring.dtype == gl.bfloat16:
         P_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.bfloat16)
-        p_buf = kv_rope.index(g % STAGES)._reinterpret(gl.bfloat16, [BLOCK_M, BLOCK_N], P_SL)
+        p_buf = p_ring.index(g % R)._reinterpret(gl.bfloat16, [BLOCK_M, BLOCK_N], P_SL)
+    else:
+        p_buf = p_ring.index(g % R)
     return p_buf
 
 
@@ -114,9 +120,8 @@ def _release(bar):
 
 @gluon.jit
 def _others_pv(
-    o, m_i, l_i, kv_lat, kv_rope, v_buf, m_smem, p_ready, g, WG: gl.constexpr,
-    STAGES: gl.constexpr, BLOCK_N: gl.constexpr, HALF: gl.constexpr, S_ROW: gl.constexpr,
-    O_ROW: gl.constexpr,
+    o, m_i, l_i, v_buf, p_ring, m_smem, p_ready, g, WG: gl.constexpr, R: gl.constexpr,
+    BLOCK_N: gl.constexpr, HALF: gl.constexpr, S_ROW: gl.constexpr, O_ROW: gl.constexpr,
 ):  # fmt: skip
     """The other consumer's tile `g` (the program's) on this half: once it handed over P and
     the max through that tile, rescale O and ΣP to that max and issue ``P V`` (async)."""
@@ -124,8 +129,8 @@ def _others_pv(
     m_new = m_smem.load(S_ROW)
     alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
     o = o * gl.convert_layout(alpha, O_ROW)[:, None]
-    v_half = v_buf.index(g % STAGES).slice(WG * HALF, HALF, dim=1)
-    p_buf = _p_tile(kv_lat, kv_rope, g, STAGES, BLOCK_N)
+    v_half = v_buf.index(g % R).slice(WG * HALF, HALF, dim=1)
+    p_buf = _p_tile(p_ring, g, R, BLOCK_N)
     return warpgroup_mma(p_buf, v_half, o, is_async=True), m_new, l_i * alpha
 
 
@@ -142,8 +147,8 @@ def _consumer(
     tiles g with ``g % 2 == WG``), and its half of ``P V`` for every tile. `buffers` and
     `pointers` are the kernel's tuples of that name."""
     (
-        q_lat, q_rope, kv_lat, kv_rope, v_buf, m_smem, l_smem, kv_ready, kv_free, q_ready, q_free,
-        p_ready, l_ready,
+        q_lat, q_rope, kv_lat, kv_rope, v_buf, p_ring, m_smem, l_smem, kv_ready, kv_free, k_free,
+        q_ready, q_free, p_ready, l_ready,
     ) = buffers  # fmt: skip
     (
         out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr,
@@ -151,6 +156,11 @@ def _consumer(
         kv_scale_value, sm_scale_log2,
     ) = pointers  # fmt: skip
     HALF: gl.constexpr = D_V // 2
+    E4M3: gl.constexpr = kv_lat.dtype == gl.float8e4nv
+    if E4M3:
+        R: gl.constexpr = V_STAGES  # tiles are handed over through the V ring
+    else:
+        R: gl.constexpr = STAGES  # through the KV stages
     QK_K: gl.constexpr = 256 // kv_lat.dtype.primitive_bitwidth  # a wgmma k-step: 32 bytes
     S_L: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[PART_WARPS, 1], instr_shape=[16, BLOCK_N, QK_K]
@@ -189,24 +199,27 @@ def _consumer(
                 # The other's tile t - 1 (if any): release tile t - 2 (own, its P V done),
                 # issue S_t, then (once the other handed over P) P V_{t-1} on this half; wait
                 # for S_t alone, P V_{t-1} (issued after it) running on under the softmax.
-                stage, phase = tile_stage(g + t, STAGES)
+                stage = (g + t) % STAGES  # its K
+                ring, phase = tile_stage(g + t, R)  # its hand-over, V and P
                 if t > 0:
                     o_now = warpgroup_mma_wait(0, deps=(o,))
                     if t > 1:
-                        _release(kv_free.index((g + t - 2) % STAGES))
-                    _landed(kv_ready.index(stage), phase)
+                        _release(kv_free.index((g + t - 2) % R))
+                    _landed(kv_ready.index(ring), phase)
                     s = _chunked_scores(q_lat, q_rope, kv_lat.index(stage), kv_rope.index(stage),
                                         S_L, BLOCK_N, D_V)  # fmt: skip
                     o, m_i, l_i = _others_pv(
-                        o_now, m_i, l_i, kv_lat, kv_rope, v_buf, m_smem, p_ready, g + t - 1, WG,
-                        STAGES, BLOCK_N, HALF, S_ROW, O_ROW,
+                        o_now, m_i, l_i, v_buf, p_ring, m_smem, p_ready, g + t - 1, WG, R,
+                        BLOCK_N, HALF, S_ROW, O_ROW,
                     )  # fmt: skip
                     s_now = warpgroup_mma_wait(1, deps=(s,))
                 else:
-                    _landed(kv_ready.index(stage), phase)
+                    _landed(kv_ready.index(ring), phase)
                     s = _chunked_scores(q_lat, q_rope, kv_lat.index(stage), kv_rope.index(stage),
                                         S_L, BLOCK_N, D_V)  # fmt: skip
                     s_now = warpgroup_mma_wait(0, deps=(s,))
+                if E4M3:
+                    _release(k_free.index(stage))  # its K is scored: the loader may refill it
                 # Own tile t: the softmax, P and the max handed over; then, P V_{t-1} done
                 # (release tile t - 1), O rescaled and P V_t issued on this half.
                 scores = s_now * score_scale
@@ -216,7 +229,7 @@ def _consumer(
                 m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
                 alpha = gl.exp2(m_i - m_ref)
                 p = gl.exp2(scores - m_ref[:, None])
-                p_buf = _p_tile(kv_lat, kv_rope, g + t, STAGES, BLOCK_N)  # dead columns now
+                p_buf = _p_tile(p_ring, g + t, R, BLOCK_N)
                 if P_FP8:
                     p16 = p.to(gl.float8e4nv).to(p_buf.dtype)
                 else:
@@ -229,9 +242,9 @@ def _consumer(
                 _release(p_ready.index(WG))
                 o_now = warpgroup_mma_wait(0, deps=(o,))
                 if t > 0:
-                    _release(kv_free.index((g + t - 1) % STAGES))
+                    _release(kv_free.index((g + t - 1) % R))
                 o_now = o_now * gl.convert_layout(alpha, O_ROW)[:, None]
-                v_half = v_buf.index(stage).slice(WG * HALF, HALF, dim=1)
+                v_half = v_buf.index(ring).slice(WG * HALF, HALF, dim=1)
                 o = warpgroup_mma(p_buf, v_half, o_now, is_async=True)
             # The block's last tile: the other's (its P V here), or own (P V_last in flight).
             last = num_tiles - 1
@@ -239,13 +252,13 @@ def _consumer(
             if last >= 0:
                 if (g + last) % 2 != WG:
                     if last > 0:
-                        _release(kv_free.index((g + last - 1) % STAGES))
+                        _release(kv_free.index((g + last - 1) % R))
                     o, m_i, l_i = _others_pv(
-                        o_now, m_i, l_i, kv_lat, kv_rope, v_buf, m_smem, p_ready, g + last, WG,
-                        STAGES, BLOCK_N, HALF, S_ROW, O_ROW,
+                        o_now, m_i, l_i, v_buf, p_ring, m_smem, p_ready, g + last, WG, R,
+                        BLOCK_N, HALF, S_ROW, O_ROW,
                     )  # fmt: skip
                     o_now = warpgroup_mma_wait(0, deps=(o,))
-                _release(kv_free.index((g + last) % STAGES))
+                _release(kv_free.index((g + last) % R))
             _release(q_free)
             # The two row sums, added: each consumer's through shared memory.
             l_smem.index((blk % 2) * 2 + WG).store(l_i)
@@ -290,26 +303,36 @@ def gluon_mla_ws_decode_kernel(
     kv_lat = gl.allocate_shared_memory(KV_T, [STAGES, BLOCK_N, D_V], KV_LAT_SL)
     kv_rope = gl.allocate_shared_memory(KV_T, [STAGES, BLOCK_N, D_R], KV_ROPE_SL)
     if KV_T == gl.float8e4nv:
-        # V widened to fp16 by the loader (e4m3 and e4m3-rounded P are exact in it); P in the
-        # latent block of its stage once the owner scored it.
+        # V widened to fp16 by the loader (e4m3 and e4m3-rounded P are exact in it) into a
+        # ring of its own, P beside it; the e4m3 stages hold K for the owner's scores only.
         V_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], gl.float16)
-        v_buf = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_N, D_V], V_SL)
-        ready_count: gl.constexpr = 1  # the loader's one arrival once it widened the tile
+        P_SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.float16)
+        v_buf = gl.allocate_shared_memory(gl.float16, [V_STAGES, BLOCK_N, D_V], V_SL)
+        p_ring = gl.allocate_shared_memory(gl.float16, [V_STAGES, BLOCK_M, BLOCK_N], P_SL)
+        kv_ready = gl.allocate_shared_memory(gl.int64, [V_STAGES, 1], BAR)
+        kv_free = gl.allocate_shared_memory(gl.int64, [V_STAGES, 1], BAR)
+        k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], BAR)
+        for i in gl.static_range(V_STAGES):
+            mbarrier.init(kv_ready.index(i), count=1)  # the loader, once it widened the tile
+            mbarrier.init(kv_free.index(i), count=2)  # both consumers
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_free.index(i), count=1)  # the tile's owner, once it scored it
     else:
         gl.static_assert(BLOCK_M * BLOCK_N == BLOCK_N * D_R, "P takes a tile's rope buffer")
         v_buf = kv_lat  # V is the latent block as it is
-        ready_count: gl.constexpr = LOADER_THREADS  # each loader thread's copies landed
+        p_ring = kv_rope  # P over a tile's rope block
+        kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], BAR)
+        kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], BAR)
+        k_free = kv_free  # a stage is freed by both consumers at once
+        for i in gl.static_range(STAGES):
+            mbarrier.init(kv_ready.index(i), count=LOADER_THREADS)  # each thread's copies landed
+            mbarrier.init(kv_free.index(i), count=2)  # both consumers
     m_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M], FLAT)
     l_smem = gl.allocate_shared_memory(gl.float32, [4, BLOCK_M], FLAT)  # [2 block parity + WG]
-    kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], BAR)
-    kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], BAR)
     p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], BAR)
     l_ready = gl.allocate_shared_memory(gl.int64, [2, 1], BAR)
     q_ready = gl.allocate_shared_memory(gl.int64, [1], BAR)
     q_free = gl.allocate_shared_memory(gl.int64, [1], BAR)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(kv_ready.index(i), count=ready_count)
-        mbarrier.init(kv_free.index(i), count=2)  # both consumers
     for i in gl.static_range(2):
         mbarrier.init(p_ready.index(i), count=1)
         mbarrier.init(l_ready.index(i), count=2)
@@ -324,8 +347,8 @@ def gluon_mla_ws_decode_kernel(
     # constexprs are written out in each call: a tuple held in a variable would turn its
     # constexprs into tensors (and Triton makes an integer argument of 1 a constexpr).
     buffers = (
-        q_lat, q_rope, kv_lat, kv_rope, v_buf, m_smem, l_smem, kv_ready, kv_free, q_ready, q_free,
-        p_ready, l_ready,
+        q_lat, q_rope, kv_lat, kv_rope, v_buf, p_ring, m_smem, l_smem, kv_ready, kv_free, k_free,
+        q_ready, q_free, p_ready, l_ready,
     )  # fmt: skip
     pointers = (
         out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr,
@@ -347,8 +370,8 @@ def gluon_mla_ws_decode_kernel(
                 SCALES_IN_MEMORY, GROUP_MODE, FAULT,
             )),
             (loader, (
-                q_lat, q_rope, kv_lat, kv_rope, v_buf, kv_ready, kv_free, q_ready, q_free, q_ptr,
-                kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
+                q_lat, q_rope, kv_lat, kv_rope, v_buf, kv_ready, kv_free, k_free, q_ready, q_free,
+                q_ptr, kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
                 kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head,
                 stride_kv_block, stride_kv_slot, heads_per_work, fold_ratio, seq_q, PAGE_SIZE,
                 CAUSAL, BLOCK_N, STAGES, D_V, D_R, GROUP_MODE, FAULT,

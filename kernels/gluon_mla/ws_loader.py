@@ -8,12 +8,14 @@ A bf16 loader never waits for its own copies: each thread's ``cp.async.mbarrier.
 the generic proxy; a consumer fences (``fence.proxy.async``) after its wait, before its
 ``wgmma`` reads them.
 
-An e4m3 loader also widens each tile's V (its latent block) to fp16 in the stage's V buffer,
-since Hopper's fp8 ``wgmma`` takes no V (it is not K-major): it issues tile j's copies, waits
-for tile j - 1's (``wait_group``), widens that tile and signals it with one arrival, so the
-copies of one tile run under the widening of the one before. With two stages, tile j's
-stage is released only once tile j - 1 was scored, so there it widens and signals each tile
-before it copies the next. Q is signalled as for bf16.
+An e4m3 loader also widens each tile's V (its latent block) to fp16, since Hopper's fp8
+``wgmma`` takes no V (it is not K-major), into a ring of `V_STAGES` buffers of its own: it
+issues tile j's copies into the e4m3 stage the tile's owner freed once it scored tile
+j - STAGES (`k_free`), waits for tile j - (STAGES - 2)'s copies (``wait_group``) and for
+both consumers to release that tile's V buffer (`kv_free`), widens it and signals it with
+one arrival (`kv_ready`). So STAGES - 1 tiles' copies are in flight while it widens; the
+lag of STAGES - 2 is the most that cannot deadlock (a stage is freed only once the tile
+after it was signalled). Q is signalled as for bf16.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from kernels.plan_slice import program_slice, work_span
 
 LOADER_WARPS = gl.constexpr(4)  # one warpgroup
 LOADER_THREADS = gl.constexpr(LOADER_WARPS.value * 32)  # arrivals on a bf16 tile's or Q's mbarrier
+V_STAGES = gl.constexpr(2)  # fp16 V (and P) buffers of the e4m3 decode
 WIDEN_ROWS = gl.constexpr(8)  # rows of an e4m3 tile widened a pass (one 128-byte swizzle period)
 
 
@@ -60,21 +63,23 @@ def _widen_v(lat_buf, v_buf, BLOCK_N: gl.constexpr, D_V: gl.constexpr):
 
 
 @gluon.jit
-def _signal_widened(kv_lat, v_buf, kv_ready, g, PENDING: gl.constexpr, STAGES: gl.constexpr,
-                    BLOCK_N: gl.constexpr, D_V: gl.constexpr):  # fmt: skip
-    """Once all but the last `PENDING` copy groups landed, widen the program's tile `g` and
-    signal it (one arrival, after every loader thread)."""
+def _signal_widened(kv_lat, v_buf, v_ready, v_free, g, PENDING: gl.constexpr,
+                    STAGES: gl.constexpr, BLOCK_N: gl.constexpr, D_V: gl.constexpr):  # fmt: skip
+    """Once all but the last `PENDING` copy groups landed and the consumers released the V
+    buffer, widen the program's tile `g` into it and signal it (one arrival, after every
+    loader thread)."""
     async_copy.wait_group(PENDING)
+    ring, phase = tile_stage(g, V_STAGES)
+    mbarrier.wait(v_free.index(ring), phase ^ 1)  # both consumers are done with tile g - 2
     cta_barrier()  # every loader thread's copies of tile g landed
-    stage = g % STAGES
-    _widen_v(kv_lat.index(stage), v_buf.index(stage), BLOCK_N, D_V)
+    _widen_v(kv_lat.index(g % STAGES), v_buf.index(ring), BLOCK_N, D_V)
     cta_barrier()
-    mbarrier.arrive(kv_ready.index(stage))
+    mbarrier.arrive(v_ready.index(ring))
 
 
 @gluon.jit
 def loader(
-    q_lat, q_rope, kv_lat, kv_rope, v_buf, kv_ready, kv_free, q_ready, q_free,
+    q_lat, q_rope, kv_lat, kv_rope, v_buf, kv_ready, kv_free, k_free, q_ready, q_free,
     q_ptr, kv_ptr, work_indptr_ptr, work_info_ptr, kv_indptr_ptr, kv_indices_ptr,
     kv_last_page_lens_ptr, qo_indptr_ptr, stride_q_tok, stride_q_head, stride_kv_block,
     stride_kv_slot, heads_per_work, fold_ratio, seq_q,
@@ -88,7 +93,7 @@ def loader(
         # 16 e4m3 values a cp.async vector, 8 rows x 64 columns a warp; 32 rows a pass.
         LOAD: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [LOADER_WARPS, 1], [1, 0])
         CHUNK: gl.constexpr = 32
-        LAG: gl.constexpr = 1 if STAGES > 2 else 0  # tiles copied ahead of the widening
+        LAG: gl.constexpr = STAGES - 2  # tiles copied ahead of the widening
     else:
         # 8 bf16 values a vector, 4 rows x 64 columns a warp; 16 rows a pass (9 vectors a thread).
         LOAD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [LOADER_WARPS, 1], [1, 0])
@@ -131,7 +136,7 @@ def loader(
             async_copy.mbarrier_arrive(q_ready, increment_count=False)  # once Q landed
             for j in range(num_tiles):
                 stage, phase = tile_stage(g + j, STAGES)
-                mbarrier.wait(kv_free.index(stage), phase ^ 1)  # its last tile released
+                mbarrier.wait(k_free.index(stage), phase ^ 1)  # its last tile released
                 for r in gl.static_range(BLOCK_N // CHUNK):
                     slot, ok = slot_offsets(
                         kv_indices_ptr, page_begin, tok_lo + j * BLOCK_N + r * CHUNK, block_hi,
@@ -143,15 +148,15 @@ def loader(
                     )  # fmt: skip
                 if E4M3:
                     if j >= LAG:
-                        _signal_widened(kv_lat, v_buf, kv_ready, g + j - LAG, LAG, STAGES,
-                                        BLOCK_N, D_V)  # fmt: skip
+                        _signal_widened(kv_lat, v_buf, kv_ready, kv_free, g + j - LAG, LAG,
+                                        STAGES, BLOCK_N, D_V)  # fmt: skip
                 else:
                     # Each thread's arrival fires once its copies landed: the loader goes on to
                     # the next free stage at once, up to STAGES tiles in flight.
                     async_copy.mbarrier_arrive(kv_ready.index(stage), increment_count=False)
-            if E4M3:
-                if LAG > 0 and num_tiles > 0:
-                    _signal_widened(kv_lat, v_buf, kv_ready, g + num_tiles - 1, 0, STAGES,
-                                    BLOCK_N, D_V)  # fmt: skip
+            if E4M3:  # the block's last tiles, copied by now
+                for j in range(gl.maximum(num_tiles - LAG, 0), num_tiles):
+                    _signal_widened(kv_lat, v_buf, kv_ready, kv_free, g + j, 0, STAGES, BLOCK_N,
+                                    D_V)  # fmt: skip
             g += num_tiles
             blk += 1

@@ -63,11 +63,11 @@ HOPPER_CONFIGS: dict[tuple[int, str], dict[str, int]] = {
 }
 
 # The warp-specialized decode (kernels/gluon_mla/ws_kernel.py) by KV kind: a launch with
-# ``WS: 1`` takes what its config leaves out from here. e4m3 fits three stages of 32 tokens
-# (each holds its V widened to fp16 beside the e4m3 tile); bf16 four.
+# ``WS: 1`` takes what its config leaves out from here. e4m3 fits six stages of 32 e4m3
+# tokens (K and V as cached, 18 KiB each) beside two of V widened to fp16 and P; bf16 four.
 WS_CONFIGS: dict[str, dict[str, int]] = {
     "bf16": {"WS": 1, "BLOCK_N": 32, "STAGES": 4, "num_warps": 4},
-    "fp8": {"WS": 1, "BLOCK_N": 32, "STAGES": 3, "num_warps": 4},
+    "fp8": {"WS": 1, "BLOCK_N": 32, "STAGES": 6, "num_warps": 4},
 }
 # The kinds whose 64-row launches take it wherever a launch leaves the choice open (no
 # `config`), over their HOPPER_CONFIGS entry. bf16, measured on an H100 (Triton 3.6,

@@ -48,11 +48,12 @@ BF16_CONFIGS = [
     WS | {"BLOCK_N": 64, "STAGES": 2},
     WS | {"BLOCK_N": 32, "STAGES": 2},
 ]
-# e4m3 WS: three stages (the loader widens a tile's V while the next tile's copies run) and
-# two (it widens each tile before it copies the next); 32-token tiles, the most that fit.
+# e4m3 WS: six stages (the loader widens a tile's V while the next four tiles' copies run),
+# three (one) and two (it widens each tile before it copies the next); 32-token tiles.
 FP8_CONFIGS = [
     WG | {"BLOCK_N": 64, "STAGES": 3},
     WG | {"BLOCK_N": 64, "STAGES": 2},
+    WS | {"BLOCK_N": 32, "STAGES": 6},
     WS | {"BLOCK_N": 32, "STAGES": 3},
     WS | {"BLOCK_N": 32, "STAGES": 2},
 ]
