@@ -218,14 +218,21 @@ def test_the_warp_specialized_decode_takes_64_bf16_rows_where_no_config_is_named
     }
     keys = ("kv_indptr", "kv_indices", "kv_last_page_lens", "qo_indptr")
 
-    def chosen(cache: torch.Tensor = case["kv_cache"], **kwargs: object) -> tuple[bool, int]:
+    def chosen(
+        cache: torch.Tensor = case["kv_cache"], q: torch.Tensor = case["q"], **kwargs: object
+    ) -> tuple[bool, int]:
         call = defaults | {k: case[k] for k in keys} | {"page_size": PAGE, "sm_scale": 0.5}
-        launch = plan_launch(case["q"], cache, plan, **(call | kwargs))
+        launch = plan_launch(q, cache, plan, **(call | kwargs))
         return launch.use_ws, launch.cfg["BLOCK_N"]
 
     assert chosen() == (True, tm.WS_CONFIGS["bf16"]["BLOCK_N"])
     assert chosen(config={"STAGES": 3}) == (False, 64), "a config without WS took WS"
     fp8 = case["kv_cache"].to(torch.float8_e4m3fn)
-    assert not chosen(fp8, q_scale=1.0)[0], "an e4m3 cache took the bf16 WS"
+    assert not chosen(fp8, q_scale=1.0)[0], "bf16 q over an e4m3 cache took the WS decode"
+    q8 = case["q"].to(torch.float8_e4m3fn)
+    by_default = "fp8" in tm.WS_BY_DEFAULT
+    assert chosen(fp8, q8)[0] == by_default, "e4m3 q and KV: not the WS_BY_DEFAULT choice"
+    ws8 = {"WS": 1, "STAGES": 3}  # BLOCK_N from WS_CONFIGS["fp8"], not the Gluon decode's 64
+    assert chosen(fp8, q8, config=ws8) == (True, tm.WS_CONFIGS["fp8"]["BLOCK_N"])
     monkeypatch.setattr(gluon_mla, "_ws_disabled", ["it did not compile"])
     assert chosen() == (False, 64), "a disabled WS decode was chosen"
