@@ -40,23 +40,17 @@ needs_fp8 = pytest.mark.skipif(FP8 is None, reason="torch has no float8_e4m3fn")
 # table (kernels.triton_mla HOPPER_CONFIGS, WS_CONFIGS).
 WG = {"GLUON": 1, "num_warps": 8}
 WS = {"GLUON": 1, "WS": 1, "num_warps": 4}
-BF16_CONFIGS = [
-    WG | {"BLOCK_N": 64, "STAGES": 2},
-    WG | {"BLOCK_N": 32, "STAGES": 3},
-    WG | {"BLOCK_N": 32, "STAGES": 4},
-    WS | {"BLOCK_N": 32, "STAGES": 4},
-    WS | {"BLOCK_N": 64, "STAGES": 2},
-    WS | {"BLOCK_N": 32, "STAGES": 2},
-]
+
+
+def tiles(kernel: dict, *shapes: tuple[int, int]) -> list[dict]:
+    """`kernel`'s config at each (BLOCK_N, STAGES)."""
+    return [kernel | {"BLOCK_N": n, "STAGES": stages} for n, stages in shapes]
+
+
+BF16_CONFIGS = tiles(WG, (64, 2), (32, 3), (32, 4)) + tiles(WS, (32, 4), (64, 2), (32, 2))
 # e4m3 WS: six stages (the loader widens a tile's V while the next four tiles' copies run),
 # three (one) and two (it widens each tile before it copies the next); 32-token tiles.
-FP8_CONFIGS = [
-    WG | {"BLOCK_N": 64, "STAGES": 3},
-    WG | {"BLOCK_N": 64, "STAGES": 2},
-    WS | {"BLOCK_N": 32, "STAGES": 6},
-    WS | {"BLOCK_N": 32, "STAGES": 3},
-    WS | {"BLOCK_N": 32, "STAGES": 2},
-]
+FP8_CONFIGS = tiles(WG, (64, 3), (64, 2)) + tiles(WS, (32, 6), (32, 3), (32, 2))
 KERNELS = [WG, WS]  # each kernel in its table's configuration
 
 
