@@ -86,9 +86,19 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "nvidia_smi": _command(NVIDIA_SMI),
         "kernel_sha256": kernel_digest(),
-        "git_head": os.environ.get("MLA_CONFORMANCE_GIT_COMMIT", "")[:7]
-        or _command(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
+        "git_head": os.environ.get("MLA_CONFORMANCE_GIT_COMMIT", "")[:7] or git_head(ROOT),
     }
+
+
+def git_head(root: Path) -> str:
+    """The tree's commit, ``+modified`` where tracked files differ from it (a copy of the tree
+    whose git metadata did not follow its files); "unavailable" without git."""
+    head = _command(["git", "-C", str(root), "rev-parse", "--short", "HEAD"])
+    if head == "unavailable":
+        return head
+    changes = ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"]
+    clean = _command(changes) == "unavailable"  # no output: no tracked file changed
+    return head if clean else head + "+modified"
 
 
 def _time_cell(entry: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ ours ÷ peer, bold when ours is slower, WRONG (with the reason listed) when a ch
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 import pytest
@@ -174,3 +175,16 @@ def test_the_kernel_digest_covers_every_kernel_source(tmp_path: Any, monkeypatch
     edited = report.kernel_digest()
     (tmp_path / "plan_slice.py").write_text("c = 1\n")
     assert len({before, edited, report.kernel_digest()}) == 3
+
+
+def test_git_head_says_when_the_timed_files_differ_from_the_commit(tmp_path: Any) -> None:
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "kernel.py").write_text("a = 1\n")
+    subprocess.run([*git, "add", "kernel.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "kernel"], check=True)
+    head = report.git_head(tmp_path)
+    assert len(head) >= 7 and not head.endswith("+modified")
+    (tmp_path / "kernel.py").write_text("a = 2\n")  # a copy whose git metadata is stale
+    assert report.git_head(tmp_path) == head + "+modified"
+    assert report.git_head(tmp_path / "missing") == "unavailable"
