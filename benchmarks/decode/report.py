@@ -257,9 +257,7 @@ def markdown(payload: dict[str, Any]) -> str:
         + (", ".join(f"{k}: {v}" for k, v in payload.get("hopper_configs", {}).items()) or "none"),
         "",
         "Warp-specialized Gluon decode, by KV kind (used instead at 64 rows of the kinds "
-        "`by_default`; in earlier results `ws_config`, for 64-bf16, where "
-        "`max_tiles_per_program` is recorded only on programs of at most that many tiles): "
-        + str(payload.get("ws_configs", payload.get("ws_config", "not recorded"))),
+        "`by_default`): " + str(payload.get("ws_configs", "not recorded")),
         "",
         "ours ÷ peer below 1.00: ours is faster (bold: slower). % of floor: the roofline floor "
         "÷ the time. WRONG: the output failed its check, so no ratio (reason below).",
