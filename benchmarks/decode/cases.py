@@ -87,6 +87,8 @@ _N64_FP8 = {"BLOCK_N": 64, "STAGES": 3}  # the e4m3 Gluon kernel: 64-token tiles
 # The warp-specialized bf16 Gluon decode (kernels/gluon_mla/ws_kernel.py): 3 warpgroups of 4
 _WS = {"GLUON": 1, "WS": 1, "BLOCK_N": 32, "STAGES": 4, "num_warps": 4}
 _WS_FP8 = _WS | {"STAGES": 6}  # e4m3: six e4m3 stages fit beside two of fp16 V
+# The narrow e4m3 Gluon decode (kernels/gluon_mla/narrow_kernel.py): 16 or 32 rows, 4 warps
+_NARROW = {"GLUON": 1, "NARROW": 1, "BLOCK_N": 64, "STAGES": 3, "num_warps": 4}
 TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
     (16, "bf16"): [_N64, {"BLOCK_N": 32, "num_warps": 4, "num_stages": 4}],
     (16, "fp8"): [
@@ -96,6 +98,10 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _GLUON | _N64_FP8,
         _GLUON | _N64_FP8 | {"STAGES": 2},
         _WS_FP8,
+        _NARROW,
+        _NARROW | {"STAGES": 2},
+        _NARROW | {"STAGES": 4},
+        _NARROW | {"num_warps": 8},
     ],
     (32, "bf16"): [_N64, _N64 | {"BLOCK_N": 32, "num_stages": 4}],
     (32, "fp8"): [
@@ -104,6 +110,9 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _GLUON | _N64_FP8,
         _GLUON | _N64_FP8 | {"STAGES": 2},
         _WS_FP8,
+        _NARROW,
+        _NARROW | {"STAGES": 2},
+        _NARROW | {"num_warps": 8},
     ],
     (64, "bf16"): [
         _N64_2 | _TRITON,

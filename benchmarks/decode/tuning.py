@@ -53,8 +53,10 @@ def tune(*, timer: Timer, num_sms: int, keys: Sequence[tuple[int, str]]) -> dict
                     ).run
                     out, lse = run()
                     torch.cuda.synchronize()
-                    if kernel_cfg and kernel_cfg.get("WS") and gluon_mla.ws_disabled_reason():
-                        raise RuntimeError(f"WS fell back: {gluon_mla.ws_disabled_reason()}")
+                    for key_name, name in (("WS", "ws"), ("NARROW", "narrow")):
+                        reason = gluon_mla.variant_disabled_reason(name)
+                        if (kernel_cfg or {}).get(key_name) and reason:
+                            raise RuntimeError(f"{key_name} fell back: {reason}")
                     entry |= errors(out, lse, ref_rows, ref_out, ref_lse)
                     entry |= timer(run)
                 except Exception as exc:  # a config that does not compile or run

@@ -2,8 +2,12 @@
 q and KV and for e4m3 (``float8_e4m3fn``) q and KV, `ws_kernel` a warp-specialized one for
 both (chosen where a launch names no config at the kinds of
 `kernels.triton_mla.config.WS_BY_DEFAULT`, or by a config with ``WS: 1``) whose loader
-partition is `ws_loader`. `parts` holds the device functions
-they share (row packing, ``cp.async`` tiles, scores, softmax, the block's store).
+partition is `ws_loader`, and `narrow_kernel` for e4m3 blocks of 16 or 32 rows with tokens on
+the MMA rows (chosen at the row counts of `kernels.triton_mla.config.NARROW_BY_DEFAULT`, or by
+a config with ``NARROW: 1``). `parts` holds the device functions they share (row packing,
+``cp.async`` tiles, scores, softmax, V's widening, the block's store). `ws_usable` and
+`narrow_usable` say whether a launch can take those two; `disable_variant` turns one off
+after it failed to compile (the launch falls back to `decode_kernel`).
 
 `usable` says whether a launch can take one of them: an sm_90 GPU, a Triton with Gluon's
 Hopper module, not under the interpreter, no earlier failure to compile (`disable`: Gluon is
@@ -28,7 +32,7 @@ BLOCK_M = 64
 
 
 _disabled: list[str] = []  # why the Gluon decode failed to compile here, once it has
-_ws_disabled: list[str] = []  # why the warp-specialized one did
+_variant_disabled: dict[str, str] = {}  # "ws", "narrow": why that decode failed to compile
 
 
 def disable(reason: str) -> None:
@@ -68,23 +72,30 @@ def usable(q: torch.Tensor, kv_cache: torch.Tensor, block_m: int, interpreted: b
     return _is_hopper(index) and gluon_importable()
 
 
-def disable_ws(reason: str) -> None:
-    """No launch takes the warp-specialized decode any more in this process."""
-    _ws_disabled.append(reason)
+def disable_variant(name: str, reason: str) -> None:
+    """No launch takes the decode `name` ("ws": warp-specialized, "narrow") any more here."""
+    _variant_disabled.setdefault(name, reason)
 
 
-def ws_disabled_reason() -> str | None:
-    """Why the warp-specialized decode was disabled, or None."""
-    return _ws_disabled[0] if _ws_disabled else None
+def variant_disabled_reason(name: str) -> str | None:
+    """Why the decode `name` was disabled, or None."""
+    return _variant_disabled.get(name)
 
 
 def ws_usable(q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
     """Whether a launch the Gluon decode takes can take the warp-specialized one: bf16 or
     e4m3 q and KV alike (its rows are those of `usable`: 64 packed, fewer e4m3 ones padded to
     64), not disabled."""
-    if _ws_disabled or q.dtype != kv_cache.dtype:
+    if "ws" in _variant_disabled or q.dtype != kv_cache.dtype:
         return False
     return q.dtype == torch.bfloat16 or is_e4m3(q.dtype)
+
+
+def narrow_usable(q: torch.Tensor, kv_cache: torch.Tensor, block_m: int) -> bool:
+    """Whether a launch the Gluon decode takes can take the narrow one: e4m3 q and KV in
+    blocks of fewer than 64 rows, not disabled."""
+    narrow = block_m < BLOCK_M and is_e4m3(q.dtype) and is_e4m3(kv_cache.dtype)
+    return narrow and "narrow" not in _variant_disabled
 
 
 def is_e4m3(dtype: torch.dtype) -> bool:
@@ -92,10 +103,15 @@ def is_e4m3(dtype: torch.dtype) -> bool:
     return dtype == getattr(torch, "float8_e4m3fn", None)
 
 
-def kernel(kv_dtype: torch.dtype = torch.bfloat16, ws: bool = False) -> Any:
+def kernel(kv_dtype: torch.dtype = torch.bfloat16, ws: bool = False, narrow: bool = False) -> Any:
     """The Gluon decode kernel for a cache of `kv_dtype` (imports Gluon): `decode_kernel`'s,
-    or with `ws` the warp-specialized one (`ws_kernel`), each for bf16 and e4m3 alike (the
-    cache's element type picks its operands when it compiles)."""
+    with `ws` the warp-specialized one (`ws_kernel`), each for bf16 and e4m3 alike (the
+    cache's element type picks its operands when it compiles), or with `narrow` the e4m3
+    decode of 16- or 32-row blocks (`narrow_kernel`)."""
+    if narrow:
+        from kernels.gluon_mla.narrow_kernel import gluon_mla_narrow_decode_kernel
+
+        return gluon_mla_narrow_decode_kernel
     if ws:
         from kernels.gluon_mla.ws_kernel import gluon_mla_ws_decode_kernel
 

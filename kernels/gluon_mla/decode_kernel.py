@@ -59,19 +59,9 @@ from kernels.gluon_mla.parts import (
     slot_offsets,
     softmax_step,
     store_block,
+    widen_v,
 )
 from kernels.plan_slice import program_slice, work_span
-
-WIDEN_ROWS = gl.constexpr(16)  # tokens of a tile widened at a time (16 registers a thread)
-
-
-@gluon.jit
-def _widen_v(stage, v_buf, BLOCK_N: gl.constexpr, D_V: gl.constexpr, V_T: gl.constexpr):
-    """The latent block of an e4m3 stage (``[BLOCK_N, D_V]``) into `v_buf` as `V_T` (exact)."""
-    WIDEN: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [8, 1], [1, 0])
-    for c in gl.static_range(BLOCK_N // WIDEN_ROWS):
-        chunk = stage.slice(c * WIDEN_ROWS, WIDEN_ROWS).load(WIDEN)
-        v_buf.slice(c * WIDEN_ROWS, WIDEN_ROWS).store(chunk.to(V_T))
 
 
 @gluon.jit
@@ -160,7 +150,7 @@ def gluon_mla_decode_kernel(
             cta_barrier()
             s = issue_scores(q_lat, q_rope, kv_lat.index(0), kv_rope.index(0), S_L, BLOCK_N)
             if E4M3:
-                _widen_v(kv_lat.index(0), v_buf, BLOCK_N, D_V, P_T)  # beside the scores
+                widen_v(kv_lat.index(0), v_buf, BLOCK_N, D_V, P_T, 8)  # beside the scores
             s = warpgroup_mma_wait(0, deps=(s,))
             for j in range(num_tiles):
                 # Every warpgroup is done with tile j - 1's stage (its scores, and its P V or,
@@ -198,7 +188,7 @@ def gluon_mla_decode_kernel(
                 if E4M3:
                     o = warpgroup_mma_wait(1, deps=(o,))  # P V done, the scores still running
                     cta_barrier()  # every warpgroup is done with P and V
-                    _widen_v(kv_lat.index(nxt), v_buf, BLOCK_N, D_V, P_T)
+                    widen_v(kv_lat.index(nxt), v_buf, BLOCK_N, D_V, P_T, 8)
                     s = warpgroup_mma_wait(0, deps=(s,))
                 else:
                     o, s = warpgroup_mma_wait(0, deps=(o, s))

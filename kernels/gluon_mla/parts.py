@@ -74,6 +74,20 @@ def issue_tile(kv_ptr, slot, ok, lat_buf, rope_buf, D_V: gl.constexpr, D_R: gl.c
         async_copy.commit_group()
 
 
+WIDEN_ROWS = gl.constexpr(16)  # tokens of a tile widened at a time (16 values a thread at 8 warps)
+
+
+@gluon.jit
+def widen_v(stage, v_buf, BLOCK_N: gl.constexpr, D_V: gl.constexpr, V_T: gl.constexpr,
+            WARPS: gl.constexpr):  # fmt: skip
+    """The latent block of an e4m3 stage (``[BLOCK_N, D_V]``) into `v_buf` as `V_T` (exact),
+    by `WARPS` warps."""
+    WIDEN: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [WARPS, 1], [1, 0])
+    for c in gl.static_range(BLOCK_N // WIDEN_ROWS):
+        chunk = stage.slice(c * WIDEN_ROWS, WIDEN_ROWS).load(WIDEN)
+        v_buf.slice(c * WIDEN_ROWS, WIDEN_ROWS).store(chunk.to(V_T))
+
+
 @gluon.jit
 def issue_scores(q_lat, q_rope, lat_buf, rope_buf, S_LAYOUT: gl.constexpr, BLOCK_N: gl.constexpr):
     """Issue ``S = Q Kᵀ`` over the latent and rope blocks of a stage (asynchronous)."""
@@ -105,9 +119,10 @@ def store_block(
     partial_loc, part_head, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, stride_o_tok,
     stride_o_head, stride_lse_tok, stride_lse_head, stride_po_row, stride_po_head, stride_pl_row,
     stride_pl_head, D_V: gl.constexpr, O_L: gl.constexpr, WITH_LSE: gl.constexpr = True,
+    ROWS: gl.constexpr = BLOCK_M,
 ):  # fmt: skip
-    """A block's rows, normalised (times kv_scale): final O and LSE, or a partial's. `D_V`
-    columns from `out_ptr` / `part_o_ptr` on; the LSE too with `WITH_LSE`."""
+    """A block's `ROWS` rows, normalised (times kv_scale): final O and LSE, or a partial's.
+    `D_V` columns from `out_ptr` / `part_o_ptr` on; the LSE too with `WITH_LSE`."""
     O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
     o_cols = gl.arange(0, D_V, layout=gl.SliceLayout(0, O_L))
     l_i = gl.sum(l_cols, axis=1)
@@ -121,7 +136,7 @@ def store_block(
         seen, (m_o + gl.log2(gl.where(seen, l_o, 1.0))) / 1.4426950408889634, float("-inf")
     )
     o_ok, o_vrow, o_head_local, o_token, o_head = block_rows(
-        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, O_ROW
+        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, O_ROW, ROWS
     )
     if partial_loc < 0:
         o_row = o_token.to(gl.int64) * stride_o_tok + o_head.to(gl.int64) * stride_o_head
@@ -150,8 +165,10 @@ def block_start(
     stride_q_tok, stride_q_head, stride_kv_block, stride_kv_slot,
     PAGE_SIZE: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
     D_V: gl.constexpr, D_R: gl.constexpr, LOAD: gl.constexpr, S_ROW: gl.constexpr,
+    ROWS: gl.constexpr = BLOCK_M,
 ):  # fmt: skip
-    """A block's start: Q and tiles 0 .. STAGES - 2 issued (``cp.async``, Q's group first).
+    """A block's start: Q's `ROWS` rows and tiles 0 .. STAGES - 2 issued (``cp.async``, Q's
+    group first).
 
     Returns each row's token limit (in `S_ROW`), the block's limit, its tile count, and the
     offsets and mask of tile STAGES - 1, the next to issue.
@@ -160,7 +177,7 @@ def block_start(
     cols_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LOAD))
     cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
     row_ok, _, _, token, head = block_rows(
-        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, LOAD_ROW
+        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, LOAD_ROW, ROWS
     )
     q_row = token.to(gl.int64) * stride_q_tok + head.to(gl.int64) * stride_q_head
     q_base = q_ptr + q_row[:, None]
@@ -172,7 +189,7 @@ def block_start(
     num_tiles = gl.cdiv(gl.maximum(block_hi - tok_lo, 0), BLOCK_N)
 
     _, _, _, s_token, _ = block_rows(
-        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, S_ROW
+        m0, num_rows, qo_start, heads_per_work, fold_ratio, seq_q, group, S_ROW, ROWS
     )
     row_hi = row_limit(s_token, q_begin, q_len, kv_len, tok_hi, CAUSAL)
 

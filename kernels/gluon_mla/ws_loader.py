@@ -13,7 +13,7 @@ An e4m3 loader also widens each tile's V (its latent block) to fp16, since Hoppe
 issues tile j's copies into the e4m3 stage the tile's owner freed once it scored tile
 j - STAGES (`k_free`), waits for tile j - (STAGES - 2)'s copies (``wait_group``) and for
 both consumers to release that tile's V buffer (`kv_free`), widens it and signals it with
-one arrival (`kv_ready`). So STAGES - 1 tiles' copies are in flight while it widens; the
+one arrival (`kv_ready`). So STAGES - 2 tiles' copies are in flight while it widens; the
 lag of STAGES - 2 is the most that cannot deadlock (a stage is freed only once the tile
 after it was signalled). Q is signalled as for bf16.
 """

@@ -69,6 +69,12 @@ WS_CONFIGS: dict[str, dict[str, int]] = {
     "bf16": {"WS": 1, "BLOCK_N": 32, "STAGES": 4, "num_warps": 4},
     "fp8": {"WS": 1, "BLOCK_N": 32, "STAGES": 6, "num_warps": 4},
 }
+# The narrow Gluon decode (kernels/gluon_mla/narrow_kernel.py): e4m3 q and KV at 16 or 32
+# packed rows, tokens on the MMA rows; a launch with ``NARROW: 1`` takes what its config leaves
+# out from here (4 or 8 warps: one or two warpgroups).
+NARROW_CONFIG: dict[str, int] = {"BLOCK_N": 64, "STAGES": 3, "num_warps": 4}
+# The e4m3 row counts whose launches take it wherever a launch leaves the choice open.
+NARROW_BY_DEFAULT: tuple[int, ...] = ()
 # The kinds whose 64-row launches take it wherever a launch leaves the choice open (no
 # `config`), over their HOPPER_CONFIGS entry. bf16, measured on an H100 (Triton 3.6,
 # benchmarks/results/2026-12-06-h100-ws-loader.md), once its loader kept up to STAGES tiles in
@@ -115,15 +121,19 @@ def select_decode_config(
     kv_dtype: torch.dtype,
     hopper: bool = False,
     warp_specialized: bool = False,
+    narrow: bool = False,
 ) -> dict[str, int]:
     """The decode tile configuration (BLOCK_M, BLOCK_N, num_warps, num_stages) for a case;
-    with `hopper`, the Gluon kernel's (``GLUON: 1``, BLOCK_N, STAGES) where it has one, and
-    with `warp_specialized` too the warp-specialized one's (`WS_CONFIGS`) at 64 rows of a
-    kind in `WS_BY_DEFAULT`."""
+    with `hopper`, the Gluon kernel's (``GLUON: 1``, BLOCK_N, STAGES) where it has one; with
+    `warp_specialized` too the warp-specialized one's (`WS_CONFIGS`) at 64 rows of a kind in
+    `WS_BY_DEFAULT`, with `narrow` the narrow one's (`NARROW_CONFIG`) at e4m3 rows in
+    `NARROW_BY_DEFAULT`."""
     block_m = select_block_m(plan)
     key = (block_m, kv_kind(kv_dtype))
     if hopper and warp_specialized and block_m == MAX_BLOCK_M and key[1] in WS_BY_DEFAULT:
         return {"BLOCK_M": block_m, "GLUON": 1, **WS_CONFIGS[key[1]]}
+    if hopper and narrow and key[1] == "fp8" and block_m in NARROW_BY_DEFAULT:
+        return {"BLOCK_M": block_m, "GLUON": 1, "NARROW": 1, **NARROW_CONFIG}
     if hopper and key in HOPPER_CONFIGS:
         return {"BLOCK_M": block_m, "GLUON": 1, **HOPPER_CONFIGS[key]}
     return {"BLOCK_M": block_m, **DECODE_CONFIGS[key]}

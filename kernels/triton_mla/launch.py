@@ -30,6 +30,7 @@ from kernels.triton_mla.config import (
     LATENT_DIM,
     LOG2E,
     MMA_V3_MIN_ROWS,
+    NARROW_CONFIG,
     ROPE_DIM,
     WS_CONFIGS,
     check_fault,
@@ -81,6 +82,7 @@ class DecodeLaunch:
     grid: tuple[int, ...]
     use_gluon: bool
     use_ws: bool  # the warp-specialized Gluon decode (bf16 at 64 rows, no config; or WS: 1)
+    use_narrow: bool  # the narrow Gluon decode (e4m3 at 16 or 32 rows, NARROW: 1)
     round_p: bool
     stage_key: tuple[object, ...]  # `_STAGE_LIMITS` key
 
@@ -121,10 +123,12 @@ def persistent_mla_decode(
     num_stages) and takes launch options: SPLIT_GROUPS (a folded plan's head groups on
     programs side by side), QK_FP8 / V_F16 (fp8 tensor-core paths, default on), F16_TILE /
     REG_PREFETCH (fp8 variants for fewer than 64 rows, default off), GLUON (0: the Triton kernel
-    where a Hopper config exists), WS (1: the warp-specialized Gluon decode for bf16 q and KV
-    at 64 rows; a config without it runs the other kernels), ABLATE (timing probes only: 1
-    drops the PV dot, 2 the QK dot; the results are wrong).
-    Without `config`, a 64-row bf16 launch on Hopper runs the warp-specialized decode.
+    where a Hopper config exists), WS (1: the warp-specialized Gluon decode for bf16 or e4m3 q
+    and KV, at 64 rows or e4m3 padded to 64; a config without it runs the other kernels),
+    NARROW (1: the narrow Gluon decode for e4m3 q and KV at 16 or 32 rows), ABLATE (timing
+    probes only: 1 drops the PV dot, 2 the QK dot; the results are wrong).
+    Without `config`, the tables decide (`select_decode_config`): on Hopper a 64-row launch of
+    a kind in `WS_BY_DEFAULT` runs the warp-specialized decode.
     `_fault` is a test hook that selects a deliberately broken kernel (see `FAULTS`).
     """
     return run_launch(plan_launch(q, kv_cache, plan, **_keywords(locals())))
@@ -243,7 +247,10 @@ def plan_launch(
     hopper = gluon_mla.usable(q, kv_cache, select_block_m(plan), interpreted())
     wanted = (config or {}).get("GLUON", 1)
     ws_open = not config and gluon_mla.ws_usable(q, kv_cache)  # no config chose a kernel
-    cfg = dict(select_decode_config(plan, kv_cache.dtype, hopper and bool(wanted), ws_open))
+    narrow_open = not config and gluon_mla.narrow_usable(q, kv_cache, select_block_m(plan))
+    cfg = dict(
+        select_decode_config(plan, kv_cache.dtype, hopper and bool(wanted), ws_open, narrow_open)
+    )
     if config:
         cfg.update(config)
     use_gluon = bool(cfg.pop("GLUON", 0)) and hopper
@@ -252,6 +259,12 @@ def plan_launch(
         ws_cfg = WS_CONFIGS[kv_kind(kv_cache.dtype)]
         cfg |= {k: v for k, v in ws_cfg.items() if k != "WS" and k not in (config or {})}
         cfg["num_warps"] = 4
+    use_narrow = bool(cfg.pop("NARROW", 0)) and use_gluon and not use_ws
+    use_narrow = use_narrow and gluon_mla.narrow_usable(q, kv_cache, cfg["BLOCK_M"])
+    if use_narrow:  # what the config leaves out from NARROW_CONFIG
+        cfg |= {k: v for k, v in NARROW_CONFIG.items() if k not in (config or {})}
+        if cfg["num_warps"] not in (4, 8):
+            raise ValueError(f"the narrow decode runs 4 or 8 warps, got {cfg['num_warps']}")
     split_groups = bool(cfg.pop("SPLIT_GROUPS", False)) and plan.fold_ratio > 1
     if head_groups > 1:
         group_mode, groups = 2, head_groups
@@ -307,8 +320,8 @@ def plan_launch(
         "GROUP_MODE": group_mode,
         "FAULT": fault,
     }
-    key = (*sorted(cfg.items()), use_gluon, use_ws, q.dtype, kv_cache.dtype, call["page_size"],
-           round_p)  # fmt: skip
+    key = (*sorted(cfg.items()), use_gluon, use_ws, use_narrow, q.dtype, kv_cache.dtype,
+           call["page_size"], round_p)  # fmt: skip
     return DecodeLaunch(
         call={"q": q, "kv_cache": kv_cache, "plan": plan, **call, "out": out, "lse": lse},
         plan=plan,
@@ -322,6 +335,7 @@ def plan_launch(
         grid=(num_programs,) if group_mode == 0 else (groups, num_programs),
         use_gluon=use_gluon,
         use_ws=use_ws,
+        use_narrow=use_narrow,
         round_p=round_p,
         stage_key=key,
     )
@@ -330,8 +344,14 @@ def plan_launch(
 def _launch_once(launch: DecodeLaunch, cfg: dict[str, int]) -> None:
     shared = {**launch.shared, "BLOCK_N": cfg["BLOCK_N"], "num_warps": cfg["num_warps"]}
     if launch.use_gluon:
-        kernel = gluon_mla.kernel(launch.call["kv_cache"].dtype, ws=launch.use_ws)[launch.grid]
-        kernel(*launch.args, **shared, STAGES=cfg["STAGES"], P_FP8=launch.round_p)
+        dtype = launch.call["kv_cache"].dtype
+        kernel = gluon_mla.kernel(dtype, ws=launch.use_ws, narrow=launch.use_narrow)
+        rows = {}
+        if launch.use_narrow:  # one or two warpgroups
+            rows = {"ROWS": cfg["BLOCK_M"], "WARPGROUPS": cfg["num_warps"] // 4}
+        kernel[launch.grid](
+            *launch.args, **shared, STAGES=cfg["STAGES"], P_FP8=launch.round_p, **rows
+        )
         return
     persistent_mla_decode_kernel[launch.grid](
         *launch.args,
@@ -364,8 +384,8 @@ def run_launch(launch: DecodeLaunch) -> tuple[torch.Tensor, torch.Tensor]:
                     raise
                 # Gluon's names move between Triton releases: run the Triton kernel instead.
                 reason = f"Triton {triton.__version__}: {type(exc).__name__}: {exc}"[:300]
-                if launch.use_ws:  # the plain Gluon decode instead
-                    return _retry_without_ws(launch, reason)
+                if launch.use_ws or launch.use_narrow:  # the plain Gluon decode instead
+                    return _retry_plain(launch, reason)
                 gluon_mla.disable(reason)
                 warnings.warn(
                     f"persistent_mla_decode: the Gluon decode does not compile ({reason}); "
@@ -389,18 +409,21 @@ def run_launch(launch: DecodeLaunch) -> tuple[torch.Tensor, torch.Tensor]:
     return launch.out, launch.lse
 
 
-_WS_KEYS = ("WS", "BLOCK_N", "STAGES", "num_warps")  # what a WS config sets for its kernel
+# what a WS or narrow config sets for its kernel
+_VARIANT_KEYS = ("WS", "NARROW", "BLOCK_N", "STAGES", "num_warps")
 
 
-def _retry_without_ws(launch: DecodeLaunch, reason: str) -> tuple[torch.Tensor, torch.Tensor]:
-    gluon_mla.disable_ws(reason)
+def _retry_plain(launch: DecodeLaunch, reason: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The launch again on the two-warpgroup Gluon decode, its variant disabled."""
+    name, what = ("ws", "warp-specialized") if launch.use_ws else ("narrow", "narrow")
+    gluon_mla.disable_variant(name, reason)
     warnings.warn(
-        f"persistent_mla_decode: the warp-specialized Gluon decode does not compile ({reason}); "
+        f"persistent_mla_decode: the {what} Gluon decode does not compile ({reason}); "
         "using the Gluon decode from now on",
         stacklevel=4,
     )
     call = dict(launch.call)  # the Gluon decode's own tile configuration
-    call["config"] = {k: v for k, v in (call["config"] or {}).items() if k not in _WS_KEYS}
+    call["config"] = {k: v for k, v in (call["config"] or {}).items() if k not in _VARIANT_KEYS}
     return persistent_mla_decode(**call)
 
 

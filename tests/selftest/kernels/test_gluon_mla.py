@@ -40,6 +40,7 @@ needs_fp8 = pytest.mark.skipif(FP8 is None, reason="torch has no float8_e4m3fn")
 # table (kernels.triton_mla HOPPER_CONFIGS, WS_CONFIGS).
 WG = {"GLUON": 1, "num_warps": 8}
 WS = {"GLUON": 1, "WS": 1, "num_warps": 4}
+NARROW = {"GLUON": 1, "NARROW": 1, "num_warps": 4}  # e4m3 blocks of 16 or 32 rows
 
 
 def tiles(kernel: dict, *shapes: tuple[int, int]) -> list[dict]:
@@ -52,18 +53,23 @@ BF16_CONFIGS = tiles(WG, (64, 2), (32, 3), (32, 4)) + tiles(WS, (32, 4), (64, 2)
 # three (one) and two (it widens each tile before it copies the next); 32-token tiles.
 FP8_CONFIGS = tiles(WG, (64, 3), (64, 2)) + tiles(WS, (32, 6), (32, 3), (32, 2))
 KERNELS = [WG, WS]  # each kernel in its table's configuration
+NARROW_CONFIGS = tiles(NARROW, (64, 3), (64, 2), (64, 4)) + tiles(
+    NARROW | {"num_warps": 8}, (64, 3)
+)
 
 
 def config_id(config: dict) -> str:
-    kernel = "ws" if config.get("WS") else "wg"
+    kernel = "ws" if config.get("WS") else "narrow" if config.get("NARROW") else "wg"
+    if config.get("NARROW") and config["num_warps"] == 8:
+        kernel += "-w8"
     if "BLOCK_N" not in config:
         return kernel
     return f"{kernel}-n{config['BLOCK_N']}-s{config['STAGES']}"
 
 
-def ran(config: dict, dtype: torch.dtype | None = torch.bfloat16) -> tuple[object, bool]:
+def ran(config: dict, dtype: torch.dtype | None = torch.bfloat16) -> tuple[object, bool, bool]:
     """What the spy records for a launch of `config` over a cache of `dtype`."""
-    return dtype, bool(config.get("WS"))
+    return dtype, bool(config.get("WS")), bool(config.get("NARROW"))
 
 
 def long_works(make: Callable[..., Any], seed: int) -> tuple[Any, Any]:
@@ -85,10 +91,10 @@ def causal_q4(make: Callable[..., Any], seed: int) -> tuple[Any, Any]:
 
 
 @pytest.fixture
-def launches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.dtype, bool]]:
-    """(cache dtype, warp-specialized) of each Gluon launch: a test asserts the kernel it
-    tests ran."""
-    return spy_gluon_kernel(monkeypatch, lambda kv_dtype, ws: (kv_dtype, ws))
+def launches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.dtype, bool, bool]]:
+    """(cache dtype, warp-specialized, narrow) of each Gluon launch: a test asserts the kernel
+    it tests ran."""
+    return spy_gluon_kernel(monkeypatch, lambda kv_dtype, ws, narrow: (kv_dtype, ws, narrow))
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,8 +160,8 @@ def test_default_launch_takes_the_tables_kernel_and_triton_stays_selectable(laun
     check(case, plan)  # no config
     check(case, plan, config={"BLOCK_N": 64})  # a config without WS: the two-warpgroup kernel
     check(case, plan, config={"GLUON": 0})  # the Triton kernel
-    default = (torch.bfloat16, "bf16" in tm.WS_BY_DEFAULT)
-    assert launches == [default, (torch.bfloat16, False)], launches
+    default = (torch.bfloat16, "bf16" in tm.WS_BY_DEFAULT, False)
+    assert launches == [default, (torch.bfloat16, False, False)], launches
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,16 +224,81 @@ def test_fp8_default_dispatch_follows_the_tables(launches) -> None:
     plan = hand_plan(case, unfolded_tiles(case, {}), num_programs=2, heads_per_work=64)
     check_fp8(case, plan)  # no config
     if "fp8" in tm.WS_BY_DEFAULT:
-        expected = [(FP8, True)]
+        expected = [(FP8, True, False)]
     else:
-        expected = [(FP8, False)] if (64, "fp8") in tm.HOPPER_CONFIGS else []
+        expected = [(FP8, False, False)] if (64, "fp8") in tm.HOPPER_CONFIGS else []
     assert launches == expected, "not the WS_BY_DEFAULT / HOPPER_CONFIGS choice"
     check_fp8(case, plan, config={"WS": 1})  # the rest from WS_CONFIGS["fp8"]
     check_fp8(case, plan, config={"GLUON": 0})  # the Triton kernel
     bf16_q = make_case([64, 20], q_len=1, num_heads=64, page_size=16, seed=44, kv_dtype=FP8,
                        kv_scale=0.5)  # fmt: skip
     check(bf16_q, plan, config=FP8_CONFIGS[0], fp8_p=False)  # bf16 q over e4m3: Triton
-    assert launches == [*expected, (FP8, True)], "bf16 q over e4m3 KV took a Gluon kernel"
+    assert launches == [*expected, (FP8, True, False)], "bf16 q over e4m3 KV took a Gluon kernel"
+
+
+# --------------------------------------------------------------------------------------------
+# e4m3 q and KV in narrow blocks (16 or 32 rows): tokens on the MMA rows
+# --------------------------------------------------------------------------------------------
+
+
+@needs_fp8
+@pytest.mark.parametrize("config", NARROW_CONFIGS, ids=config_id)
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize(("num_heads", "q_len"), [(16, 1), (8, 2), (16, 2)])
+def test_narrow_split_and_unsplit_works(
+    num_heads: int, q_len: int, page_size: int, config: dict, launches
+) -> None:
+    # 16 or 32 packed rows, causal where q_len is 2; tiles past 64 tokens, split works.
+    case = fp8_case([150, 37, 300, 5], q_len=q_len, num_heads=num_heads, page_size=page_size,
+                    seed=51)  # fmt: skip
+    cut = max(1, 96 // page_size)
+    tiles = unfolded_tiles(case, {0: (cut,), 2: (cut, 2 * cut)})
+    plan = hand_plan(case, tiles, num_programs=5, heads_per_work=num_heads)
+    rounded = check_fp8(case, plan, config=config)
+    plain = check_fp8(case, plan, config=config, fp8_p=False)
+    assert (rounded - plain).abs().max() > 1e-3, "P was not rounded to e4m3 by default"
+    assert launches == [ran(config, FP8)] * 2, "not the narrow kernel"
+
+
+@needs_fp8
+@pytest.mark.parametrize("config", NARROW_CONFIGS, ids=config_id)
+def test_narrow_long_works_causal_and_scales_in_memory(config: dict, launches) -> None:
+    # blocks of 1 to 18 tiles, several works a program; 2 q tokens x 16 heads, causal
+    case = fp8_case([64, 128, 190, 260, 320, 64 * 7 + 3, 512, 575], q_len=2, num_heads=16,
+                    page_size=64, seed=52)  # fmt: skip
+    plan = hand_plan(case, unfolded_tiles(case, {4: (2,)}), num_programs=3, heads_per_work=16)
+    by_value = check_fp8(case, plan, config=config)
+    check_fp8(case, plan, causal=False, config=config)
+    scales = {"q_scale": torch.tensor([0.25]), "kv_scale": torch.tensor([0.5])}
+    in_memory, _ = run(case, plan, config=config,
+                       **{k: v.to(case.q.device) for k, v in scales.items()})  # fmt: skip
+    assert torch.equal(in_memory.double().cpu(), by_value), "scale tensors changed O"
+    assert launches == [ran(config, FP8)] * 3
+
+
+@needs_fp8
+def test_narrow_head_groups_and_planner_plan(launches) -> None:
+    # 32 heads: a 16-head plan run once per head group, and the planner's plan (32 rows)
+    case = fp8_case([200, 31, 90], q_len=1, num_heads=32, page_size=16, seed=53)
+    grouped = hand_plan(case, unfolded_tiles(case, {0: (3,)}), num_programs=2, heads_per_work=16)
+    check_fp8(case, grouped, config=NARROW)
+    check_fp8(case, planned(case, arch="triton", num_cus=4), config=NARROW)
+    wide = fp8_case([70, 20], q_len=1, num_heads=64, page_size=16, seed=53)
+    plan = hand_plan(wide, unfolded_tiles(wide, {}), num_programs=2, heads_per_work=64)
+    check_fp8(wide, plan, config=NARROW)  # 64 rows: the two-warpgroup decode
+    assert launches == [ran(NARROW, FP8)] * 2 + [ran(WG, FP8)], launches
+
+
+@needs_fp8
+def test_narrow_default_dispatch_follows_the_tables(launches) -> None:
+    case = fp8_case([64, 20], q_len=1, num_heads=16, page_size=16, seed=54)
+    plan = hand_plan(case, unfolded_tiles(case, {}), num_programs=2, heads_per_work=16)
+    check_fp8(case, plan)  # no config
+    if 16 in tm.NARROW_BY_DEFAULT:
+        expected = [ran(NARROW, FP8)]
+    else:
+        expected = [ran(WG, FP8)] if (16, "fp8") in tm.HOPPER_CONFIGS else []
+    assert launches == expected, "not the NARROW_BY_DEFAULT / HOPPER_CONFIGS choice"
 
 
 # --------------------------------------------------------------------------------------------
@@ -238,7 +309,12 @@ KINDS = [
     pytest.param(kind, config, id=f"{kind}-{config_id(config)}", marks=marks)
     for kind, marks in (("bf16", ()), ("fp8", needs_fp8))
     for config in KERNELS
-]
+] + [pytest.param("fp8", NARROW, id="fp8-narrow", marks=needs_fp8)]
+
+
+def _heads(config: dict) -> int:
+    """Heads a work of the negative controls: one block of `config`'s kernel."""
+    return 16 if config.get("NARROW") else 64
 
 
 def _kind_case(kind: str, config: dict, kv_lens: list[int], **kwargs: object):
@@ -252,8 +328,10 @@ def _kind_case(kind: str, config: dict, kv_lens: list[int], **kwargs: object):
 
 @pytest.mark.parametrize(("kind", "config"), KINDS)
 def test_negative_control_read_past_end(kind: str, config: dict, launches) -> None:
-    case, how = _kind_case(kind, config, [40, 17], q_len=1, num_heads=64, page_size=16, seed=26)
-    plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=64)
+    heads = _heads(config)
+    case, how = _kind_case(kind, config, [40, 17], q_len=1, num_heads=heads, page_size=16,
+                           seed=26)  # fmt: skip
+    plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=heads)
     with pytest.raises(AssertionError, match="non-finite output"):
         check(case, plan, **how, _fault="read_past_end")
     assert launches == [ran(config, case.kv_cache.dtype)]
@@ -261,9 +339,10 @@ def test_negative_control_read_past_end(kind: str, config: dict, launches) -> No
 
 @pytest.mark.parametrize(("kind", "config"), KINDS)
 def test_negative_control_dropped_kv_scale(kind: str, config: dict, launches) -> None:
-    case, how = _kind_case(kind, config, [30, 20], q_len=1, num_heads=64, page_size=16,
+    heads = _heads(config)
+    case, how = _kind_case(kind, config, [30, 20], q_len=1, num_heads=heads, page_size=16,
                            seed=27, kv_scale=0.5)  # fmt: skip
-    plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=64)
+    plan = hand_plan(case, unfolded_tiles(case, {0: (1,)}), num_programs=2, heads_per_work=heads)
     check(case, plan, **how)  # the same case and tolerance pass unbroken
     with pytest.raises(AssertionError, match=r"exceeds tolerance|lse - ref"):
         check(case, plan, **how, _fault="drop_kv_scale")
@@ -272,8 +351,10 @@ def test_negative_control_dropped_kv_scale(kind: str, config: dict, launches) ->
 
 @pytest.mark.parametrize(("kind", "config"), KINDS)
 def test_negative_control_idle_head_group(kind: str, config: dict, launches) -> None:
-    case, how = _kind_case(kind, config, [50, 20], q_len=1, num_heads=128, page_size=16, seed=28)
-    plan = hand_plan(case, unfolded_tiles(case, {}), num_programs=2, heads_per_work=64)
+    heads = _heads(config)
+    case, how = _kind_case(kind, config, [50, 20], q_len=1, num_heads=2 * heads, page_size=16,
+                           seed=28)  # fmt: skip
+    plan = hand_plan(case, unfolded_tiles(case, {}), num_programs=2, heads_per_work=heads)
     with pytest.raises(AssertionError, match="non-finite output"):
         check(case, plan, **how, _fault="skip_head_group")
     assert launches == [ran(config, case.kv_cache.dtype)]

@@ -41,9 +41,12 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from kernels.gluon_mla import kernel as gluon_kernel
 
-fp8, ws = sys.argv[2].endswith("fp8"), sys.argv[2].startswith("ws")
-kernel = gluon_kernel(getattr(torch, "float8_e4m3fn") if fp8 else torch.bfloat16, ws=ws)
+fp8, ws, narrow = (sys.argv[2].endswith("fp8"), sys.argv[2].startswith("ws"),
+                   sys.argv[2].startswith("narrow"))
+kernel = gluon_kernel(getattr(torch, "float8_e4m3fn") if fp8 else torch.bfloat16, ws=ws,
+                      narrow=narrow)
 constexprs = json.loads(sys.argv[1])
+warps = 4 if ws else 4 * constexprs.get("WARPGROUPS", 2)
 types, attrs = {}, {}
 for index, name in enumerate(kernel.arg_names):
     if name in constexprs:
@@ -65,7 +68,7 @@ for index, name in enumerate(kernel.arg_names):
         attrs[(index,)] = [["tt.divisibility", 16]]
 source = GluonASTSource(kernel, types, constexprs=constexprs, attrs=attrs)
 compiled = triton.compile(
-    source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4 if ws else 8}
+    source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
 )
 ptx = compiled.asm["ptx"]
 print(json.dumps({
@@ -94,6 +97,8 @@ print(json.dumps({
         ("ws", 64, 2),
         ("ws-fp8", 32, 6),
         ("ws-fp8", 32, 2),
+        ("narrow-fp8", 64, 3),  # 16 rows, one warpgroup
+        ("narrow-w8-fp8", 64, 3),  # 32 rows, two warpgroups
     ],
 )
 def test_the_gluon_decode_compiles_for_sm90_with_this_triton(
@@ -105,6 +110,10 @@ def test_the_gluon_decode_compiles_for_sm90_with_this_triton(
         "D_R": 64, "P_FP8": kind.endswith("fp8"), "SCALES_IN_MEMORY": False, "GROUP_MODE": 2,
         "FAULT": 0,
     }  # fmt: skip
+    if kind.startswith("narrow"):
+        constexprs |= (
+            {"ROWS": 32, "WARPGROUPS": 2} if "w8" in kind else {"ROWS": 16, "WARPGROUPS": 1}
+        )
     # A process of its own: this one may have decorated the Triton kernels for the
     # interpreter (triton_cases.py sets TRITON_INTERPRET=1 without a GPU), and a cache of its
     # own, so that the compiler really runs.
@@ -148,7 +157,7 @@ class _Uncompilable:
 def test_a_launch_that_cannot_compile_the_gluon_decode_falls_back(monkeypatch) -> None:
     pytest.importorskip("triton.compiler.errors")
     monkeypatch.setattr(gluon_mla, "_disabled", [])
-    monkeypatch.setattr(gluon_mla, "_ws_disabled", [])
+    monkeypatch.setattr(gluon_mla, "_variant_disabled", {})
     monkeypatch.setattr(gluon_mla, "usable", lambda *args: not gluon_mla._disabled)
     monkeypatch.setattr(gluon_mla, "kernel", lambda *args, **kwargs: _Uncompilable())
     case = make_case([70, 20], q_len=1, num_heads=64, page_size=16, seed=31)
@@ -159,17 +168,17 @@ def test_a_launch_that_cannot_compile_the_gluon_decode_falls_back(monkeypatch) -
     assert "stand-in" in (gluon_mla.disabled_reason() or "")
     check(case, plan, causal=True, config=gluon)  # disabled now: no second attempt, no warning
     check(case, plan, causal=True)  # nor through the WS decode's fallback
-    assert not gluon_mla.ws_disabled_reason(), "the WS decode was tried with Gluon disabled"
+    assert not gluon_mla.variant_disabled_reason("ws"), "WS was tried with Gluon disabled"
 
 
 def test_a_ws_launch_that_cannot_compile_falls_back_to_the_gluon_decode(monkeypatch) -> None:
     pytest.importorskip("triton.compiler.errors")
     monkeypatch.setattr(gluon_mla, "_disabled", [])
-    monkeypatch.setattr(gluon_mla, "_ws_disabled", [])
+    monkeypatch.setattr(gluon_mla, "_variant_disabled", {})
     monkeypatch.setattr(gluon_mla, "usable", lambda *args: not gluon_mla._disabled)
     tried: list[bool] = []
 
-    def uncompilable(kv_dtype=None, ws: bool = False) -> _Uncompilable:
+    def uncompilable(kv_dtype=None, ws: bool = False, narrow: bool = False) -> _Uncompilable:
         tried.append(ws)
         return _Uncompilable()
 
@@ -180,4 +189,4 @@ def test_a_ws_launch_that_cannot_compile_falls_back_to_the_gluon_decode(monkeypa
         with pytest.warns(UserWarning, match="the Gluon decode does not compile"):
             check(case, plan, causal=True, config={"WS": 1})  # the Triton kernel's, checked
     assert tried == [True, False], "not the warp-specialized decode first, then the Gluon one"
-    assert "stand-in" in (gluon_mla.ws_disabled_reason() or "")
+    assert "stand-in" in (gluon_mla.variant_disabled_reason("ws") or "")

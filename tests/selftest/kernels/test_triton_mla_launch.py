@@ -234,5 +234,44 @@ def test_the_warp_specialized_decode_takes_64_bf16_rows_where_no_config_is_named
     assert chosen(fp8, q8)[0] == by_default, "e4m3 q and KV: not the WS_BY_DEFAULT choice"
     ws8 = {"WS": 1, "STAGES": 3}  # BLOCK_N from WS_CONFIGS["fp8"], not the Gluon decode's 64
     assert chosen(fp8, q8, config=ws8) == (True, tm.WS_CONFIGS["fp8"]["BLOCK_N"])
-    monkeypatch.setattr(gluon_mla, "_ws_disabled", ["it did not compile"])
+    monkeypatch.setattr(gluon_mla, "_variant_disabled", {"ws": "it did not compile"})
     assert chosen() == (False, 64), "a disabled WS decode was chosen"
+
+
+def test_the_narrow_decode_takes_e4m3_blocks_under_64_rows_by_its_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The launch decision as on an sm_90 GPU (the Gluon decode usable); nothing is launched.
+    from kernels import gluon_mla
+    from kernels.triton_mla.launch import plan_launch
+
+    monkeypatch.setattr(gluon_mla, "usable", lambda *args, **kwargs: True)
+    monkeypatch.setattr(gluon_mla, "_variant_disabled", {})
+    case = _case(KV_LENS, heads=16, q_len=1, seed=6)
+    plan = _plan(case, heads=16, q_len=1, num_cus=3)
+    call = {k: case[k] for k in ("kv_indptr", "kv_indices", "kv_last_page_lens", "qo_indptr")}
+    call |= {"page_size": PAGE, "sm_scale": 0.5, "q_scale": 1.0, "kv_scale": 1.0}
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(tm.persistent_mla_decode).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    q8 = case["q"].to(torch.float8_e4m3fn)
+    kv8 = case["kv_cache"].to(torch.float8_e4m3fn)
+
+    def chosen(q=q8, cache=kv8, **kwargs: object) -> tuple[bool, int]:
+        launch = plan_launch(q, cache, plan, **(defaults | call | kwargs))
+        return launch.use_narrow, launch.cfg["num_warps"]
+
+    monkeypatch.setattr(tm.config, "NARROW_BY_DEFAULT", (16,))
+    assert chosen() == (True, tm.NARROW_CONFIG["num_warps"]), "16 e4m3 rows: not narrow"
+    monkeypatch.setattr(tm.config, "NARROW_BY_DEFAULT", ())
+    assert not chosen()[0], "a table without 16 rows took the narrow decode"
+    assert chosen(config={"NARROW": 1, "num_warps": 8}) == (True, 8)
+    assert not chosen(config={"STAGES": 2})[0], "a config without NARROW took it"
+    assert not chosen(q=case["q"], config={"NARROW": 1})[0], "bf16 q over e4m3 took it"
+    with pytest.raises(ValueError, match="4 or 8 warps"):
+        chosen(config={"NARROW": 1, "num_warps": 2})
+    monkeypatch.setattr(tm.config, "NARROW_BY_DEFAULT", (16,))
+    monkeypatch.setattr(gluon_mla, "_variant_disabled", {"narrow": "it did not compile"})
+    assert chosen() == (False, 8), "a disabled narrow decode was chosen"

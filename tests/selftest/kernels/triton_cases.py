@@ -367,18 +367,18 @@ def hopper_only() -> list[pytest.MarkDecorator]:
 
 
 def spy_gluon_kernel(
-    monkeypatch: pytest.MonkeyPatch, entry: Callable[[torch.dtype, bool], T]
+    monkeypatch: pytest.MonkeyPatch, entry: Callable[[torch.dtype, bool, bool], T]
 ) -> list[T]:
-    """Record ``entry(kv_dtype, ws)`` for each Gluon kernel a launch takes (a test asserts
-    that the kernel it tests ran)."""
+    """Record ``entry(kv_dtype, ws, narrow)`` for each Gluon kernel a launch takes (a test
+    asserts that the kernel it tests ran)."""
     from kernels import gluon_mla
 
     calls: list[T] = []
     real = gluon_mla.kernel
 
-    def spy(kv_dtype: torch.dtype = torch.bfloat16, ws: bool = False):
-        calls.append(entry(kv_dtype, ws))
-        return real(kv_dtype, ws=ws)
+    def spy(kv_dtype: torch.dtype = torch.bfloat16, ws: bool = False, narrow: bool = False):
+        calls.append(entry(kv_dtype, ws, narrow))
+        return real(kv_dtype, ws=ws, narrow=narrow)
 
     monkeypatch.setattr(gluon_mla, "kernel", spy)
     return calls
