@@ -73,8 +73,9 @@ WS_CONFIGS: dict[str, dict[str, int]] = {
 # packed rows, tokens on the MMA rows; a launch with ``NARROW: 1`` takes what its config leaves
 # out from here (4 or 8 warps: one or two warpgroups).
 NARROW_CONFIG: dict[str, int] = {"BLOCK_N": 64, "STAGES": 3, "num_warps": 4}
-# The e4m3 row counts whose launches take it wherever a launch leaves the choice open.
-NARROW_BY_DEFAULT: tuple[int, ...] = ()
+# The e4m3 row counts whose launches take it wherever a launch leaves the choice open: 16 and
+# 32, where it beat the two-warpgroup decode at every tuning shape (benchmarks/results/).
+NARROW_BY_DEFAULT: tuple[int, ...] = (16, 32)
 # The kinds whose 64-row launches take it wherever a launch leaves the choice open (no
 # `config`), over their HOPPER_CONFIGS entry. bf16, measured on an H100 (Triton 3.6,
 # benchmarks/results/2026-12-06-h100-ws-loader.md), once its loader kept up to STAGES tiles in
