@@ -100,7 +100,6 @@ TUNE_CANDIDATES: dict[tuple[int, str], list[dict[str, int]]] = {
         _WS_FP8,
         _NARROW,
         _NARROW | {"STAGES": 2},
-        _NARROW | {"STAGES": 4},
         _NARROW | {"num_warps": 8},
     ],
     (32, "bf16"): [_N64, _N64 | {"BLOCK_N": 32, "num_stages": 4}],

@@ -6,10 +6,14 @@ one (`ws_kernel`), in every tile configuration of each — over bf16 q and KV (6
 and over e4m3 q and KV (up to 64 rows, padded): page sizes 1, 16 and 64, split and unsplit
 works, blocks of 1 to 18 tiles several to a program, causal q_len 4 with packed rows and a
 masked split, folded and head-group plans, planner-made plans, scales in memory, e4m3-rounded
-P. Each test spies on the launch and fails unless the kernel its config names ran on its
-cache's dtype. The default launch takes the kernel `kernels.triton_mla` names for it.
-Negative controls: the broken variants (read past the end, dropped kv_scale, an idle head
-group) of both kernels at both dtypes are caught.
+P. The narrow decode (`narrow_kernel`: e4m3 blocks of 16 or 32 rows, tokens on the MMA rows)
+in its tile configurations at one and two warpgroups: 16 and 32 rows, q_len 2 causal, page
+sizes 1, 16 and 64, long works, scales in memory, head groups, a planner-made plan, and a
+64-row launch that names it but takes the two-warpgroup decode. Each test spies on the launch
+and fails unless the kernel its config names ran on its cache's dtype. The default launch
+takes the kernel `kernels.triton_mla` names for it. Negative controls: the broken variants
+(read past the end, dropped kv_scale, an idle head group) of every kernel at each of its
+dtypes are caught.
 """
 
 from __future__ import annotations
@@ -53,9 +57,8 @@ BF16_CONFIGS = tiles(WG, (64, 2), (32, 3), (32, 4)) + tiles(WS, (32, 4), (64, 2)
 # three (one) and two (it widens each tile before it copies the next); 32-token tiles.
 FP8_CONFIGS = tiles(WG, (64, 3), (64, 2)) + tiles(WS, (32, 6), (32, 3), (32, 2))
 KERNELS = [WG, WS]  # each kernel in its table's configuration
-NARROW_CONFIGS = tiles(NARROW, (64, 3), (64, 2), (64, 4)) + tiles(
-    NARROW | {"num_warps": 8}, (64, 3)
-)
+# 64-token tiles in 3 or 2 stages (4 do not fit beside V and O's turn back to rows)
+NARROW_CONFIGS = tiles(NARROW, (64, 3), (64, 2)) + tiles(NARROW | {"num_warps": 8}, (64, 3))
 
 
 def config_id(config: dict) -> str:
@@ -285,8 +288,11 @@ def test_narrow_head_groups_and_planner_plan(launches) -> None:
     check_fp8(case, planned(case, arch="triton", num_cus=4), config=NARROW)
     wide = fp8_case([70, 20], q_len=1, num_heads=64, page_size=16, seed=53)
     plan = hand_plan(wide, unfolded_tiles(wide, {}), num_programs=2, heads_per_work=64)
-    check_fp8(wide, plan, config=NARROW)  # 64 rows: the two-warpgroup decode
+    check_fp8(wide, plan, config=NARROW)  # 64 rows: the two-warpgroup decode, at 8 warps
     assert launches == [ran(NARROW, FP8)] * 2 + [ran(WG, FP8)], launches
+    from kernels import gluon_mla
+
+    assert gluon_mla.disabled_reason() is None, "the 64-row launch did not compile"
 
 
 @needs_fp8

@@ -275,3 +275,9 @@ def test_the_narrow_decode_takes_e4m3_blocks_under_64_rows_by_its_table(
     monkeypatch.setattr(tm.config, "NARROW_BY_DEFAULT", (16,))
     monkeypatch.setattr(gluon_mla, "_variant_disabled", {"narrow": "it did not compile"})
     assert chosen() == (False, 8), "a disabled narrow decode was chosen"
+    wide = _case(KV_LENS, heads=64, q_len=1, seed=6)
+    wide_plan = _plan(wide, heads=64, q_len=1, num_cus=3)
+    wide_call = defaults | call | {k: wide[k] for k in call if k in wide}
+    q64, kv64 = (wide[k].to(torch.float8_e4m3fn) for k in ("q", "kv_cache"))
+    launch = plan_launch(q64, kv64, wide_plan, **(wide_call | {"config": {"NARROW": 1}}))
+    assert (launch.use_narrow, launch.cfg["num_warps"]) == (False, 8), "64 rows: not 8 warps"
