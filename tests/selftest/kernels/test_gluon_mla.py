@@ -172,15 +172,26 @@ def test_default_launch_takes_the_tables_kernel_and_triton_stays_selectable(laun
 # --------------------------------------------------------------------------------------------
 
 
+# (config, heads, q_len): the padded kernels at 64 and 16 heads; the narrow one at 16 and 32
+# rows (16 heads, and 8 or 16 heads x 2 q tokens, causal)
+FP8_SHAPES = [
+    pytest.param(config, heads, q_len, id=f"{config_id(config)}-h{heads}-q{q_len}")
+    for configs, shapes in ((FP8_CONFIGS, [(64, 1), (16, 1)]),
+                            (NARROW_CONFIGS, [(16, 1), (8, 2), (16, 2)]))
+    for config in configs
+    for heads, q_len in shapes
+]  # fmt: skip
+
+
 @needs_fp8
-@pytest.mark.parametrize("config", FP8_CONFIGS, ids=config_id)
+@pytest.mark.parametrize(("config", "num_heads", "q_len"), FP8_SHAPES)
 @pytest.mark.parametrize("page_size", [1, 16, 64])
-@pytest.mark.parametrize("num_heads", [64, 16])
 def test_fp8_split_and_unsplit_works(
-    num_heads: int, page_size: int, config: dict, launches
+    num_heads: int, q_len: int, page_size: int, config: dict, launches
 ) -> None:
-    # 16 heads: 16 rows padded to one 64-row block. Tiles past 64 tokens, split works.
-    case = fp8_case([150, 37, 300, 5], q_len=1, num_heads=num_heads, page_size=page_size,
+    # 16 heads: 16 rows padded to one 64-row block, or a narrow block. Tiles past 64 tokens,
+    # split works.
+    case = fp8_case([150, 37, 300, 5], q_len=q_len, num_heads=num_heads, page_size=page_size,
                     seed=41)  # fmt: skip
     cut = max(1, 96 // page_size)
     tiles = unfolded_tiles(case, {0: (cut,), 2: (cut, 2 * cut)})
@@ -242,25 +253,6 @@ def test_fp8_default_dispatch_follows_the_tables(launches) -> None:
 # --------------------------------------------------------------------------------------------
 # e4m3 q and KV in narrow blocks (16 or 32 rows): tokens on the MMA rows
 # --------------------------------------------------------------------------------------------
-
-
-@needs_fp8
-@pytest.mark.parametrize("config", NARROW_CONFIGS, ids=config_id)
-@pytest.mark.parametrize("page_size", [1, 16, 64])
-@pytest.mark.parametrize(("num_heads", "q_len"), [(16, 1), (8, 2), (16, 2)])
-def test_narrow_split_and_unsplit_works(
-    num_heads: int, q_len: int, page_size: int, config: dict, launches
-) -> None:
-    # 16 or 32 packed rows, causal where q_len is 2; tiles past 64 tokens, split works.
-    case = fp8_case([150, 37, 300, 5], q_len=q_len, num_heads=num_heads, page_size=page_size,
-                    seed=51)  # fmt: skip
-    cut = max(1, 96 // page_size)
-    tiles = unfolded_tiles(case, {0: (cut,), 2: (cut, 2 * cut)})
-    plan = hand_plan(case, tiles, num_programs=5, heads_per_work=num_heads)
-    rounded = check_fp8(case, plan, config=config)
-    plain = check_fp8(case, plan, config=config, fp8_p=False)
-    assert (rounded - plain).abs().max() > 1e-3, "P was not rounded to e4m3 by default"
-    assert launches == [ran(config, FP8)] * 2, "not the narrow kernel"
 
 
 @needs_fp8
