@@ -37,6 +37,7 @@ from conformance.signoff.model import BackendInput, Outcome
 
 EVIDENCE_DIR_PATTERN = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})-(?P<backend>[A-Za-z0-9_.]+)$")
 VERSIONS_FILE = "versions.json"
+MACHINE_FILE = "machine.json"  # written by the GPU scripts (scripts/machine_info.py)
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,32 @@ def load_evidence(
             target.problems.append(str(error))
     else:
         target.evidence_facts = None
+    target.problems += machine_record_conflicts(evidence.path, target.evidence_facts)
     return target
+
+
+def machine_record_conflicts(path: Path, facts: dict[str, Any] | None) -> list[str]:
+    """Where the GPU script's own record of the run (``machine.json``, beside the reports)
+    names another device or commit than the evidence's facts: one of the two was edited."""
+    record_path = path / MACHINE_FILE
+    if facts is None or not record_path.exists():
+        return []
+    try:
+        record = load_json_object(record_path)
+    except SignoffInputError as error:
+        return [str(error)]
+    conflicts = []
+    for key in ("device", "git_commit"):
+        mine, theirs = record.get(key), facts.get(key)
+        if not (isinstance(mine, str) and isinstance(theirs, str)) or "unknown" in (mine, theirs):
+            continue
+        agree = same_commit(mine, theirs) if key == "git_commit" else mine == theirs
+        if not agree:
+            conflicts.append(
+                f"{record_path}: {key} {mine!r}, but {VERSIONS_FILE} and the sidecars say "
+                f"{theirs!r} (one of them was edited after the run)"
+            )
+    return conflicts
 
 
 def evidence_refusal(

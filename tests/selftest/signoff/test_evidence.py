@@ -252,3 +252,20 @@ def test_every_kernel_the_cuda_backend_imports_is_in_its_fingerprint() -> None:
     }
     missing = kernels - set(behaviour_files(backend, REPOSITORY))
     assert not missing, f"{backend}'s evidence would not go STALE when these change: {missing}"
+
+
+def test_a_machine_record_that_contradicts_the_evidence_is_refused(checkout: Path) -> None:
+    evidence = cuda_evidence(checkout)
+    facts = json.loads((evidence / "versions.json").read_text())
+    facts |= {"device": "NVIDIA H100 80GB HBM3", "git_commit": "0c01ba827b4fd4cf"}
+    (evidence / "versions.json").write_text(json.dumps(facts))
+    record = {"device": "NVIDIA H100 80GB HBM3", "git_commit": "0c01ba8"}
+    (evidence / "machine.json").write_text(json.dumps(record))
+    assert sign(checkout).backends["cuda"].status == Status.PASS, "a record that agrees"
+    (evidence / "machine.json").write_text(json.dumps(record | {"device": "NVIDIA H200"}))
+    result = sign(checkout)
+    assert result.backends["cuda"].status != Status.PASS
+    backend = result.backends["cuda"]
+    assert "machine.json: device 'NVIDIA H200'" in f"{backend.reason} {backend.issues}"
+    (evidence / "machine.json").write_text(json.dumps(record | {"git_commit": "1234567"}))
+    assert sign(checkout).backends["cuda"].status != Status.PASS, "another commit passed"
