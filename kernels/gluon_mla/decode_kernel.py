@@ -118,8 +118,8 @@ def gluon_mla_decode_kernel(
     p_smem = gl.allocate_shared_memory(P_T, [BLOCK_M, BLOCK_N], P_SL)
 
     grp, work_begin, work_end, kv_scale, score_scale = program_slice(
-        work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
-        sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
+        work_indptr_ptr, work_info_ptr, fold_ratio, seq_q, q_scale_ptr, kv_scale_ptr,
+        q_scale_value, kv_scale_value, sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
     )  # fmt: skip
     s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
 

@@ -172,8 +172,8 @@ def _consumer(
     O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
 
     grp, work_begin, work_end, kv_scale, score_scale = program_slice(
-        work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
-        sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
+        work_indptr_ptr, work_info_ptr, fold_ratio, seq_q, q_scale_ptr, kv_scale_ptr,
+        q_scale_value, kv_scale_value, sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
     )  # fmt: skip
     s_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
     g = 0  # tiles of the blocks before this one

@@ -104,7 +104,8 @@ def loader(
     cols_r = gl.arange(0, D_R, layout=gl.SliceLayout(0, LOAD))
     # The work range of `program_slice` (the scales are the consumers').
     grp, work_begin, work_end, _kv_scale, _score_scale = program_slice(
-        work_indptr_ptr, work_indptr_ptr, work_indptr_ptr, 1.0, 1.0, 1.0, False, GROUP_MODE, FAULT,
+        work_indptr_ptr, work_info_ptr, fold_ratio, seq_q, work_indptr_ptr, work_indptr_ptr, 1.0,
+        1.0, 1.0, False, GROUP_MODE, FAULT,
     )  # fmt: skip
     g = 0  # tiles of the blocks before this one (tile j of a block is the program's g + j)
     blk = 0  # blocks before this one

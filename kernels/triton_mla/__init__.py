@@ -26,8 +26,10 @@ Loop structure: the tiles below every row's causal limit and the work's kv end r
 Triton's pipeliner gives the KV loads all of ``num_stages``); the last, partial tiles run
 masked. Launch modes (`persistent_mla_decode`): one program per plan slice; or, to read each
 KV range with several programs side by side (the second read mostly hits L2), a grid of
-(head groups × slices) — for a folded plan with ``SPLIT_GROUPS``, or for an unfolded plan made
-for a divisor of the head count, run once per head group. The reduce merges up to 16 partials
+(head groups × slices) — for a folded plan with ``SPLIT_GROUPS`` (program g takes group g's
+works of its slice) or ``PAIR_GROUPS`` (group g's works that start where the slice's group-0
+works run, `kernels.plan_slice.paired_range`), or for an unfolded plan made for a divisor of
+the head count, run once per head group. The reduce merges up to 16 partials
 per step with a running max.
 
 Triton 3.9's interpreter multiplies bf16 ``tl.dot`` operands as their raw uint16 bits, so under
@@ -67,10 +69,12 @@ from kernels.triton_mla.config import (
     MMA_V3_MIN_ROWS,
     NARROW_BY_DEFAULT,
     NARROW_CONFIG,
+    PAIR_BY_DEFAULT,
     REDUCE_CONFIGS,
     ROPE_DIM,
     WS_BY_DEFAULT,
     WS_CONFIGS,
+    pairs_by_default,
     select_block_m,
     select_decode_config,
 )
@@ -101,6 +105,7 @@ __all__ = [
     "MMA_V3_MIN_ROWS",
     "NARROW_BY_DEFAULT",
     "NARROW_CONFIG",
+    "PAIR_BY_DEFAULT",
     "REDUCE_CONFIGS",
     "ROPE_DIM",
     "WS_BY_DEFAULT",
@@ -108,6 +113,7 @@ __all__ = [
     "default_sm_scale",
     "interpreted",
     "mla_reduce",
+    "pairs_by_default",
     "persistent_mla_decode",
     "reload_kernels",
     "select_block_m",

@@ -34,8 +34,8 @@ FAULTS: dict[str | None, int] = {
 # 8 warps beat 4 everywhere (4 warps spill the 255-register budget); BLOCK_N 64 beats 32
 # (the page size: one page lookup per tile); 3 stages (2 KV buffers: the page id is read a
 # tile ahead) where shared memory allows, 2 at 64 rows (Q alone takes 72 KiB). Optional
-# keys: SPLIT_GROUPS (folded plans: head groups on programs side by side), QK_FP8, V_F16,
-# F16_TILE, REG_PREFETCH (fp8 code paths, see `persistent_mla_decode`).
+# keys: SPLIT_GROUPS and PAIR_GROUPS (folded plans: head groups on programs side by side),
+# QK_FP8, V_F16, F16_TILE, REG_PREFETCH (fp8 code paths, see `persistent_mla_decode`).
 DECODE_CONFIGS: dict[tuple[int, str], dict[str, int]] = {
     (16, "bf16"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
     (32, "bf16"): {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
@@ -83,6 +83,13 @@ NARROW_BY_DEFAULT: tuple[int, ...] = (16, 32)
 # a second run the same day). Before that change it lost at 248 and 496
 # (benchmarks/results/2026-12-02-h200-ws.md) and was taken on short programs only.
 WS_BY_DEFAULT: tuple[str, ...] = ("bf16",)
+# The KV kinds whose Hopper launches over a folded plan take PAIR_GROUPS (head groups on
+# programs side by side, each group's works matched to where group 0's of the slice run)
+# wherever a launch leaves the choice open, if the batch's requests times head groups number
+# at least the plan's programs: each request then fits in about one slice and the programs of
+# a pair carry about equal shares (with longer requests they do not: a pair can hold a whole
+# request beside an almost idle pair).
+PAIR_BY_DEFAULT: tuple[str, ...] = ()
 
 # Reduce configurations: partials merged per step (BLOCK_K) and heads per program (BLOCK_H).
 # On a GPU one head per program and 16 partials per step (a 32 KiB load); under the
@@ -138,6 +145,16 @@ def select_decode_config(
     if hopper and key in HOPPER_CONFIGS:
         return {"BLOCK_M": block_m, "GLUON": 1, **HOPPER_CONFIGS[key]}
     return {"BLOCK_M": block_m, **DECODE_CONFIGS[key]}
+
+
+def pairs_by_default(plan: WorkPlan, batch: int, kv_dtype: torch.dtype) -> bool:
+    """Whether a Hopper launch of `plan` over `batch` requests takes PAIR_GROUPS by default."""
+    programs = plan.work_indptr.numel() - 1
+    return (
+        kv_kind(kv_dtype) in PAIR_BY_DEFAULT
+        and plan.fold_ratio > 1
+        and batch * plan.fold_ratio >= programs
+    )
 
 
 def plan_on(plan: WorkPlan, device: torch.device) -> WorkPlan:

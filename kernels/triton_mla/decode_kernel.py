@@ -70,8 +70,8 @@ def persistent_mla_decode_kernel(
     FAULT: tl.constexpr,
 ):
     grp, work_begin, work_end, kv_scale, score_scale = program_slice(
-        work_indptr_ptr, q_scale_ptr, kv_scale_ptr, q_scale_value, kv_scale_value,
-        sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
+        work_indptr_ptr, work_info_ptr, fold_ratio, seq_q, q_scale_ptr, kv_scale_ptr,
+        q_scale_value, kv_scale_value, sm_scale_log2, SCALES_IN_MEMORY, GROUP_MODE, FAULT,
     )  # fmt: skip
 
     offs_m = tl.arange(0, BLOCK_M)

@@ -4,8 +4,9 @@
 grid, allocate the partials) then `run_launch` (launch, retry, reduce).
 Launch modes: one program per plan slice; or, to read each KV range
 with several programs side by side (the second read mostly hits L2), a grid of (head groups ×
-slices) — for a folded plan with ``SPLIT_GROUPS``, or for an unfolded plan made for a divisor
-of the head count, run once per head group. A config whose ``num_stages`` runs out of shared
+slices) — for a folded plan with ``SPLIT_GROUPS`` or ``PAIR_GROUPS`` (by default on Hopper
+where `pairs_by_default` says so), or for an unfolded plan made for a divisor of the head
+count, run once per head group. A config whose ``num_stages`` runs out of shared
 memory is retried with one stage fewer (remembered per config).
 """
 
@@ -35,6 +36,7 @@ from kernels.triton_mla.config import (
     WS_CONFIGS,
     check_fault,
     kv_kind,
+    pairs_by_default,
     plan_on,
     select_block_m,
     select_decode_config,
@@ -121,14 +123,17 @@ def persistent_mla_decode(
     otherwise P is rounded to bf16.
     `config` overrides the selected tile configuration (keys BLOCK_M, BLOCK_N, num_warps,
     num_stages) and takes launch options: SPLIT_GROUPS (a folded plan's head groups on
-    programs side by side), QK_FP8 / V_F16 (fp8 tensor-core paths, default on), F16_TILE /
-    REG_PREFETCH (fp8 variants for fewer than 64 rows, default off), GLUON (0: the Triton kernel
-    where a Hopper config exists), WS (1: the warp-specialized Gluon decode for bf16 or e4m3 q
-    and KV, at 64 rows or e4m3 padded to 64; a config without it runs the other kernels),
-    NARROW (1: the narrow Gluon decode for e4m3 q and KV at 16 or 32 rows), ABLATE (timing
-    probes only: 1 drops the PV dot, 2 the QK dot; the results are wrong).
+    programs side by side, each taking its group's works of one slice), PAIR_GROUPS (the
+    same, each group's works matched to where group 0's of the slice run: `paired_range`),
+    QK_FP8 / V_F16 (fp8 tensor-core paths, default on), F16_TILE / REG_PREFETCH (fp8 variants
+    for fewer than 64 rows, default off), GLUON (0: the Triton kernel where a Hopper config
+    exists), WS (1: the warp-specialized Gluon decode for bf16 or e4m3 q and KV, at 64 rows or
+    e4m3 padded to 64; a config without it runs the other kernels), NARROW (1: the narrow
+    Gluon decode for e4m3 q and KV at 16 or 32 rows), ABLATE (timing probes only: 1 drops the
+    PV dot, 2 the QK dot; the results are wrong).
     Without `config`, the tables decide (`select_decode_config`): on Hopper a 64-row launch of
-    a kind in `WS_BY_DEFAULT` runs the warp-specialized decode.
+    a kind in `WS_BY_DEFAULT` runs the warp-specialized decode, and a folded plan takes
+    PAIR_GROUPS where `pairs_by_default` says so.
     `_fault` is a test hook that selects a deliberately broken kernel (see `FAULTS`).
     """
     return run_launch(plan_launch(q, kv_cache, plan, **_keywords(locals())))
@@ -253,6 +258,8 @@ def plan_launch(
     )
     if config:
         cfg.update(config)
+    elif hopper and wanted and pairs_by_default(plan, len(call["kv_indptr"]) - 1, kv_cache.dtype):
+        cfg["PAIR_GROUPS"] = 1
     use_gluon = bool(cfg.pop("GLUON", 0)) and hopper
     use_ws = bool(cfg.pop("WS", 0)) and use_gluon and gluon_mla.ws_usable(q, kv_cache)
     if use_ws:  # what the config leaves out from the WS kind's; 3 warpgroups of 4 warps
@@ -265,9 +272,14 @@ def plan_launch(
         cfg |= {k: v for k, v in NARROW_CONFIG.items() if k not in (config or {})}
         if cfg["num_warps"] not in (4, 8):
             raise ValueError(f"the narrow decode runs 4 or 8 warps, got {cfg['num_warps']}")
+    elif use_gluon and not use_ws:  # two warpgroups, whatever warps a narrow config named
+        cfg["num_warps"] = 8
     split_groups = bool(cfg.pop("SPLIT_GROUPS", False)) and plan.fold_ratio > 1
+    pair_groups = bool(cfg.pop("PAIR_GROUPS", False)) and plan.fold_ratio > 1
     if head_groups > 1:
         group_mode, groups = 2, head_groups
+    elif pair_groups:
+        group_mode, groups = 3, plan.fold_ratio
     elif split_groups:
         group_mode, groups = 1, plan.fold_ratio
     else:

@@ -138,9 +138,10 @@ def test_folded_h128_planner_plan_and_head_groups(config: dict, launches) -> Non
     assert plan.fold_ratio == 2 and plan.num_partials > 0
     check(case, plan, config=config)
     check(case, plan, config=config | {"SPLIT_GROUPS": 1})
+    check(case, plan, config=config | {"PAIR_GROUPS": 1})
     grouped = hand_plan(case, unfolded_tiles(case, {0: (3,)}), num_programs=2, heads_per_work=64)
     check(case, grouped, config=config)  # a 64-head plan, run for both head groups
-    assert launches == [ran(config)] * 3, "the kernel did not take every launch"
+    assert launches == [ran(config)] * 4, "the kernel did not take every launch"
 
 
 @pytest.mark.parametrize("config", KERNELS, ids=config_id)
@@ -223,13 +224,14 @@ def test_fp8_folded_h128_planner_plan_head_groups_and_scales_in_memory(
     assert plan.fold_ratio == 2 and plan.num_partials > 0
     by_value = check_fp8(case, plan, config=config)
     check_fp8(case, plan, config=config | {"SPLIT_GROUPS": 1})
+    check_fp8(case, plan, config=config | {"PAIR_GROUPS": 1})
     grouped = hand_plan(case, unfolded_tiles(case, {0: (3,)}), num_programs=2, heads_per_work=64)
     check_fp8(case, grouped, config=config)
     scales = {"q_scale": torch.tensor([0.25]), "kv_scale": torch.tensor([0.5])}
     in_memory, _ = run(case, plan, config=config,
                        **{k: v.to(case.q.device) for k, v in scales.items()})  # fmt: skip
     assert torch.equal(in_memory.double().cpu(), by_value), "scale tensors changed O"
-    assert launches == [ran(config, FP8)] * 4, "the kernel did not take every launch"
+    assert launches == [ran(config, FP8)] * 5, "the kernel did not take every launch"
 
 
 @needs_fp8

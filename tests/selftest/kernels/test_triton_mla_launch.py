@@ -1,9 +1,10 @@
 """Self-tests of the Triton decode's head-group launches (kernels/triton_mla/).
 
-Two launch options read the KV of one range with several programs side by side: a folded
-plan with ``SPLIT_GROUPS`` (program g takes the works of head group g), and an unfolded plan
-made for a divisor of the head count, run once per head group. Each must give the same
-function as the plain launch: checked against an fp64 reference (tolerance as in
+Three launch options read the KV of one range with several programs side by side: a folded
+plan with ``SPLIT_GROUPS`` (program g takes the works of head group g) or ``PAIR_GROUPS``
+(program g takes the works of head group g that start where the slice's group-0 works run),
+and an unfolded plan made for a divisor of the head count, run once per head group. Each must
+give the same function as the plain launch: checked against an fp64 reference (tolerance as in
 test_triton_mla.py: bf16 rounding of P and O, |ΔO| ≤ 2⁻⁷·(max|V| + |O|) + 1e-5·max|V|).
 On a machine without CUDA the kernels run on the Triton interpreter (tiny shapes).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import sys
 
 import pytest
 import torch
@@ -126,20 +128,47 @@ def assert_close_to_reference(
 KV_LENS = [70, 23, 41]
 
 
+GROUP_OPTIONS = ["SPLIT_GROUPS", "PAIR_GROUPS"]
+
+
+@pytest.mark.parametrize("option", GROUP_OPTIONS)
 @pytest.mark.parametrize("q_len", [1, 2])
-def test_split_groups_of_a_folded_plan(q_len: int) -> None:
+def test_split_groups_of_a_folded_plan(q_len: int, option: str) -> None:
     # 128 heads fold into 2 groups of 64 (triton profile); 5 programs split the requests.
     kv_lens = [40, 23]
     case = _case(kv_lens, heads=128, q_len=q_len, seed=1)
     plan = _plan(case, heads=128, q_len=q_len, num_cus=3)
     assert plan.fold_ratio == 2 and plan.num_partials > 0, "the case tests nothing"
     ref_out, ref_lse, v_max = _reference(case, kv_lens, q_len)
-    out, lse = _run(case, plan, config={"SPLIT_GROUPS": True})
+    out, lse = _run(case, plan, config={option: True})
     assert_close_to_reference(out=out, lse=lse, ref_out=ref_out, ref_lse=ref_lse, v_max=v_max)
     plain_out, plain_lse = _run(case, plan)
     assert torch.equal(out, plain_out) and torch.equal(lse, plain_lse), (
         "a group-split launch must compute every work exactly as the plain launch does"
     )
+
+
+@pytest.mark.parametrize(
+    ("kv_lens", "q_len", "num_cus"),
+    [
+        ([200], 1, 6),  # one request over every program: group 1's works far from group 0's
+        ([5, 90, 2, 33], 2, 4),  # a two-token request, q tiles of two tokens
+        ([17, 64, 48], 1, 1),  # one program holds every work
+        ([30, 30, 30, 30, 30], 1, 3),  # requests cut at other places in each group
+    ],
+)
+def test_paired_groups_run_every_work_once(kv_lens: list[int], q_len: int, num_cus: int) -> None:
+    # PAIR_GROUPS hands group 1's works to the programs where group 0's of the same range
+    # run; every work must still run (outputs are NaN-prefilled) and compute what it does in
+    # the plain launch.
+    case = _case(kv_lens, heads=128, q_len=q_len, seed=7)
+    plan = _plan(case, heads=128, q_len=q_len, num_cus=num_cus)
+    assert plan.fold_ratio == 2, "the case tests nothing"
+    ref_out, ref_lse, v_max = _reference(case, kv_lens, q_len)
+    out, lse = _run(case, plan, config={"PAIR_GROUPS": True})
+    assert_close_to_reference(out=out, lse=lse, ref_out=ref_out, ref_lse=ref_lse, v_max=v_max)
+    plain_out, plain_lse = _run(case, plan)
+    assert torch.equal(out, plain_out) and torch.equal(lse, plain_lse)
 
 
 def test_unfolded_plan_run_once_per_head_group() -> None:
@@ -153,15 +182,16 @@ def test_unfolded_plan_run_once_per_head_group() -> None:
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the reduce merges unwritten partials
-@pytest.mark.parametrize("mode", ["split-groups", "head-groups"])
+@pytest.mark.parametrize("mode", ["split-groups", "pair-groups", "head-groups"])
 def test_negative_control_a_launch_that_skips_a_head_group_is_caught(mode: str) -> None:
     # Broken on purpose (_fault="skip_head_group"): the programs of head group 1 do nothing,
     # so half of the heads stay NaN-prefilled and the reference check must reject them.
-    heads = 128 if mode == "split-groups" else 32
+    folded = mode != "head-groups"
+    heads = 128 if folded else 32
     case = _case(KV_LENS, heads=heads, q_len=1, seed=3)
-    plan = _plan(case, heads=heads if mode == "split-groups" else 16, q_len=1, num_cus=3)
+    plan = _plan(case, heads=heads if folded else 16, q_len=1, num_cus=3)
     ref_out, ref_lse, v_max = _reference(case, KV_LENS, 1)
-    config = {"SPLIT_GROUPS": True} if mode == "split-groups" else None
+    config = {mode.replace("-", "_").upper(): True} if folded else None
     out, lse = _run(case, plan, config=config, _fault="skip_head_group")
     with pytest.raises(AssertionError, match="NaN/inf"):
         assert_close_to_reference(out=out, lse=lse, ref_out=ref_out, ref_lse=ref_lse, v_max=v_max)
@@ -281,3 +311,54 @@ def test_the_narrow_decode_takes_e4m3_blocks_under_64_rows_by_its_table(
     q64, kv64 = (wide[k].to(torch.float8_e4m3fn) for k in ("q", "kv_cache"))
     launch = plan_launch(q64, kv64, wide_plan, **(wide_call | {"config": {"NARROW": 1}}))
     assert (launch.use_narrow, launch.cfg["num_warps"]) == (False, 8), "64 rows: not 8 warps"
+
+
+@pytest.mark.parametrize(
+    ("kv_lens", "kinds", "config", "paired"),
+    [
+        ([40, 23, 9], ("bf16",), None, True),  # 6 requests x groups for 4 programs
+        ([40], ("bf16",), None, False),  # 2 for 4: a request spans slices
+        ([40, 23, 9], (), None, False),  # bf16 not among the kinds
+        ([40, 23, 9], ("bf16",), {"GLUON": 1}, False),  # a config decides for itself
+    ],
+)
+def test_hopper_launches_pair_head_groups_where_pairs_by_default_says(
+    monkeypatch: pytest.MonkeyPatch,
+    kv_lens: list[int],
+    kinds: tuple[str, ...],
+    config: dict[str, int] | None,
+    paired: bool,
+) -> None:
+    monkeypatch.setattr(sys.modules["kernels.triton_mla.config"], "PAIR_BY_DEFAULT", kinds)
+    case = _case(kv_lens, heads=128, q_len=1, seed=8)
+    plan = _plan(case, heads=128, q_len=1, num_cus=4)
+    programs = plan.work_indptr.numel() - 1
+    launch = _hopper_launch(monkeypatch, case, plan, config)
+    assert launch.use_gluon
+    expected = (3, (2, programs)) if paired else (0, (programs,))
+    assert (launch.shared["GROUP_MODE"], launch.grid) == expected
+
+
+def test_a_narrow_config_on_a_64_row_launch_runs_two_warpgroups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # NARROW takes 16 or 32 rows; at 64 the two-warpgroup decode runs, at its 8 warps
+    # whatever the narrow config named (4 warps would not compile and disable Gluon).
+    case = _case([40, 23], heads=64, q_len=1, seed=9)
+    plan = _plan(case, heads=64, q_len=1, num_cus=2)
+    launch = _hopper_launch(monkeypatch, case, plan, {"GLUON": 1, "NARROW": 1, "num_warps": 4})
+    assert launch.use_gluon and not launch.use_narrow and not launch.use_ws
+    assert launch.cfg["num_warps"] == 8
+
+
+def _hopper_launch(monkeypatch: pytest.MonkeyPatch, case, plan, config):
+    """The launch `persistent_mla_decode` would run on a Hopper GPU (stood in for by
+    `gluon_mla.usable`); nothing runs."""
+    launch_module = sys.modules["kernels.triton_mla.launch"]
+    monkeypatch.setattr(launch_module.gluon_mla, "usable", lambda *args: True)
+    return launch_module.plan_launch(
+        case["q"], case["kv_cache"], plan, kv_indptr=case["kv_indptr"],
+        kv_indices=case["kv_indices"], kv_last_page_lens=case["kv_last_page_lens"],
+        qo_indptr=case["qo_indptr"], page_size=PAGE, sm_scale=SM_SCALE, q_scale=1.0,
+        kv_scale=1.0, causal=True, out=None, lse=None, fp8_p=None, config=config, _fault=None,
+    )  # fmt: skip
